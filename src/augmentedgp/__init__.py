@@ -1,0 +1,21 @@
+"""augmentedgp: Gaussian processes with non-Gaussian likelihoods, in JAX.
+
+Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to opt out).
+"""
+
+from . import _x64  # noqa: F401  (must run before any array is created)
+from . import inference, kernels, likelihoods, linalg, means, params
+from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
+from .fit import fit
+from .inference import EP, Exact, Laplace
+from .models import GP
+from .posterior import SitePosterior
+from .training import History
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GP", "fit", "Exact", "Laplace", "EP", "SitePosterior", "History",
+    "kernels", "likelihoods", "means", "inference", "linalg", "params",
+    "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
+]

@@ -1,0 +1,100 @@
+"""The posterior of a full GP whose approximation is a product of Gaussian sites.
+
+Exact regression (sites N(y_i | f_i, s^2)), Laplace (sites at the mode) and EP all give
+q(f) proportional to p(f) prod_i N(f_i | nu_i / tau_i, 1 / tau_i) on g = f - m(X), so one
+class predicts for all three (Rasmussen & Williams Algorithms 2.1, 3.2 and 3.6):
+
+    B = I + S K S,  S = diag(sqrt(tau)),  L = chol(B)
+    alpha = nu - S B^{-1} S K nu                       (= K^{-1} E[g])
+    E[f*] = m(x*) + k*^T alpha,   V[f*] = k** - |L^{-1} S k*|^2
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import linalg
+from .validation import check_X, check_y
+
+
+def site_factors(K, tau, nu):
+    """(sqrt_tau, L, alpha) for the site posterior; see the module docstring."""
+    s = jnp.sqrt(tau)
+    B = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
+    L = linalg.cholesky(B)
+    alpha = nu - s * linalg.cho_solve(L, s * (K @ nu))
+    return s, L, alpha
+
+
+class SitePosterior(eqx.Module):
+    """A fitted full GP: predictions, samples and the (approximate) log marginal likelihood.
+
+    Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``.
+    """
+
+    model: eqx.Module
+    X: jax.Array
+    y: jax.Array
+    sqrt_tau: jax.Array
+    L: jax.Array
+    alpha: jax.Array
+    lml: jax.Array
+    history: object = eqx.field(static=True, default=None)
+
+    @property
+    def kernel(self):
+        return self.model.kernel
+
+    @property
+    def likelihood(self):
+        return self.model.likelihood
+
+    def log_marginal_likelihood(self) -> float:
+        """log p(y | X, theta): exact for regression, approximate for Laplace and EP."""
+        return float(self.lml)
+
+    def _check(self, Xnew):
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self.X.shape[1]))
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
+        return _predict_f(self, self._check(Xnew), full_cov)
+
+    def predict_y(self, Xnew):
+        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
+        mean, var = self.predict_f(Xnew)
+        return self.likelihood.predict_y(mean, var)
+
+    def predict_proba(self, Xnew):
+        """p(y = +1 | Xnew, data) (n*,), averaged over the latent posterior. Binary only."""
+        if not hasattr(self.likelihood, "predict_proba"):
+            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
+        mean, var = self.predict_f(Xnew)
+        return self.likelihood.predict_proba(mean, var)
+
+    def predict_log_density(self, Xnew, ynew):
+        """log p(y* | x*, data) per test point (n*,)."""
+        Xnew = self._check(Xnew)
+        ynew = jnp.asarray(self.likelihood.check_targets(check_y(ynew, Xnew.shape[0], "ynew")))
+        mean, var = _predict_f(self, Xnew, False)
+        return self.likelihood.predictive_log_prob(ynew, mean, var)
+
+    def sample_f(self, key, Xnew, n_samples: int = 1):
+        """Joint posterior samples of f at Xnew, shape (n_samples, n*)."""
+        mean, cov = self.predict_f(Xnew, full_cov=True)
+        Lc = linalg.check_cholesky(linalg.cholesky(cov), "posterior covariance at Xnew")
+        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
+        return mean + eps @ Lc.T
+
+
+@eqx.filter_jit
+def _predict_f(post: SitePosterior, Xnew, full_cov: bool):
+    model = post.model
+    Ksx = model.kernel(post.X, Xnew)
+    mean = model.mean(Xnew) + Ksx.T @ post.alpha
+    V = linalg.solve_lower(post.L, post.sqrt_tau[:, None] * Ksx)
+    if full_cov:
+        return mean, model.kernel(Xnew) - V.T @ V
+    return mean, jnp.maximum(model.kernel.diag(Xnew) - jnp.sum(V**2, axis=0), 0.0)

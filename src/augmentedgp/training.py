@@ -1,0 +1,196 @@
+"""The one training loop: minimise an objective over a model's trainable parameters.
+
+Gradient optimisers (optax) run jitted steps inside ``lax.scan`` chunks; between chunks
+the loop records history, checks convergence and non-finite values, reports progress
+and calls callbacks. ``"lbfgs"`` drives scipy's L-BFGS-B with jitted JAX gradients.
+A step that makes the objective non-finite never loses work: the loop stops and returns
+the last finite state, with the reason in ``History.message``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import scipy.optimize
+from jax import lax
+from jax.flatten_util import ravel_pytree
+
+from .params import Softplus, _is_param, partition_trainable
+
+
+@dataclasses.dataclass(eq=False)
+class History:
+    """Objective per iteration, cumulative wall time (s) and how the run ended."""
+
+    objective: np.ndarray
+    wall_time: np.ndarray
+    converged: bool = False
+    message: str = ""
+    restarts: list = dataclasses.field(default_factory=list)
+
+    @property
+    def n_iter(self) -> int:
+        return int(self.objective.shape[0])
+
+
+def _relative_change(values, window):
+    if len(values) < 2 * window:
+        return np.inf
+    recent, before = np.mean(values[-window:]), np.mean(values[-2 * window : -window])
+    return abs(recent - before) / (abs(before) + 1.0)
+
+
+def minimize(
+    loss: Callable,
+    model,
+    *,
+    optimizer: str | optax.GradientTransformation = "lbfgs",
+    max_iter: int = 1000,
+    learning_rate: float = 0.05,
+    tol: float = 1e-9,
+    chunk_size: int = 50,
+    window: int = 20,
+    callback: Callable | None = None,
+    verbose: bool = False,
+):
+    """Minimise ``loss(model)`` over the model's trainable parameters.
+
+    Returns ``(model, History)``. ``optimizer`` is ``"lbfgs"``, ``"adam"`` or any optax
+    GradientTransformation. ``callback(iteration, objective, model)`` runs between chunks
+    (every L-BFGS iteration) and may return True to stop.
+    """
+    if max_iter < 0:
+        raise ValueError(f"max_iter must be >= 0, got {max_iter}")
+    params, static = partition_trainable(model)
+    if not jax.tree_util.tree_leaves(params) or max_iter == 0:
+        value = float(_value(loss, params, static))
+        return model, History(np.array([value]), np.zeros(1), True, "nothing to optimise")
+    if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
+        return _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose)
+    if isinstance(optimizer, str):
+        if optimizer.lower() != "adam":
+            raise ValueError(f"optimizer must be 'lbfgs', 'adam' or an optax transformation, got {optimizer!r}")
+        optimizer = optax.adam(learning_rate)
+    return _minimize_optax(loss, params, static, optimizer, max_iter, tol, chunk_size, window,
+                           callback, verbose)
+
+
+@eqx.filter_jit
+def _value(loss, params, static):
+    return loss(eqx.combine(params, static))
+
+
+def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window, callback, verbose):
+    def step(carry, _):
+        p, state = carry
+        value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static)))(p)
+        updates, state = opt.update(grad, state, p)
+        return (optax.apply_updates(p, updates), state), value
+
+    @eqx.filter_jit
+    def run_chunk(carry, length):
+        return lax.scan(step, carry, None, length=length)
+
+    carry = (params, opt.init(params))
+    values, times, message, converged = [], [], "max_iter reached", False
+    start = time.perf_counter()
+    while len(values) < max_iter:
+        length = min(chunk_size, max_iter - len(values))
+        new_carry, chunk = run_chunk(carry, length)
+        chunk = np.asarray(chunk)
+        bad = ~np.isfinite(chunk)
+        if bad.any():  # keep the last finite state, never return NaN parameters
+            k = int(np.argmax(bad))
+            message = f"stopped: objective became non-finite at iteration {len(values) + k}"
+            warnings.warn(message + "; returning the last finite state (lower the learning rate "
+                          "or standardise the data)", RuntimeWarning, stacklevel=3)
+            if k > 0:  # replay the finite prefix of the chunk
+                carry, chunk_ok = run_chunk(carry, k)
+                values.extend(np.asarray(chunk_ok).tolist())
+                times.extend([time.perf_counter() - start] * k)
+            break
+        carry = new_carry
+        values.extend(chunk.tolist())
+        times.extend([time.perf_counter() - start] * length)
+        if verbose:
+            print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
+        if callback is not None and callback(len(values), values[-1], eqx.combine(carry[0], static)):
+            message = "stopped by callback"
+            break
+        if _relative_change(values, window) < tol:
+            message, converged = "converged (relative change of the objective below tol)", True
+            break
+    return eqx.combine(carry[0], static), History(np.array(values), np.array(times), converged, message)
+
+
+def _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose):
+    flat0, unravel = ravel_pytree(params)
+
+    @jax.jit
+    def value_and_grad(x):
+        return jax.value_and_grad(lambda x: loss(eqx.combine(unravel(x), static)))(x)
+
+    best = {"x": np.asarray(flat0), "f": np.inf}
+
+    def fun(x):
+        f, g = value_and_grad(jnp.asarray(x))
+        f, g = float(f), np.asarray(g, dtype=float)
+        if not np.isfinite(f) or not np.all(np.isfinite(g)):
+            return np.inf, np.zeros_like(g)  # line search backs off
+        if f < best["f"]:
+            best.update(x=np.array(x), f=f)
+        return f, g
+
+    values, times, start = [], [], time.perf_counter()
+    stop = {"flag": False}
+
+    def on_iter(intermediate_result):
+        values.append(float(intermediate_result.fun))
+        times.append(time.perf_counter() - start)
+        if verbose:
+            print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
+        if callback is not None and callback(len(values), values[-1],
+                                             eqx.combine(unravel(jnp.asarray(intermediate_result.x)), static)):
+            stop["flag"] = True
+            raise StopIteration
+
+    f0, _ = fun(best["x"])
+    if not np.isfinite(f0):
+        raise ValueError("the objective is not finite at the initial parameters; check the data "
+                         "and the initial hyperparameters")
+    res = scipy.optimize.minimize(fun, best["x"], jac=True, method="L-BFGS-B", callback=on_iter,
+                                  options={"maxiter": max_iter, "ftol": tol, "gtol": 1e-8})
+    x = res.x if np.isfinite(res.fun) and res.fun <= best["f"] else best["x"]
+    if not values:
+        values, times = [float(best["f"])], [time.perf_counter() - start]
+    message = "stopped by callback" if stop["flag"] else str(res.message)
+    hist = History(np.array(values), np.array(times), bool(res.success), message)
+    return eqx.combine(unravel(jnp.asarray(x)), static), hist
+
+
+def perturb(model, key, scale: float = 1.0):
+    """A random restart point: positive parameters times exp(N(0, scale^2)), real ones plus
+    N(0, scale^2). Fixed parameters are left alone."""
+
+    params = [p for p in jax.tree_util.tree_leaves(model, is_leaf=_is_param)
+              if _is_param(p) and p.trainable]
+    keys = jax.random.split(key, max(len(params), 1))
+    it = iter(keys)
+
+    def move(p):
+        if not (_is_param(p) and p.trainable):
+            return p
+        eps = scale * jax.random.normal(next(it), jnp.shape(p.raw), dtype=p.raw.dtype)
+        if isinstance(p.transform, Softplus):
+            return dataclasses.replace(p, raw=p.transform.inverse(p.value * jnp.exp(eps)))
+        return dataclasses.replace(p, raw=p.raw + eps)
+
+    return jax.tree_util.tree_map(move, model, is_leaf=_is_param)

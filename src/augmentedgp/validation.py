@@ -1,0 +1,64 @@
+"""Checks at the public boundary: bad input fails early with a ValueError naming the argument."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
+    """A finite, non-empty float array of shape (n, d)."""
+    try:
+        arr = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric array of shape (n, d): {err}") from None
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D of shape (n, d), got shape {arr.shape}"
+            + (" (use X.reshape(-1, 1) for one input column)" if arr.ndim == 1 else "")
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one row and one column, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if d is not None and arr.shape[1] != d:
+        raise ValueError(f"{name} must have {d} columns (as the training inputs), got {arr.shape[1]}")
+    return arr
+
+
+def check_y(y, n: int, name: str = "y") -> np.ndarray:
+    """A finite float vector of length n (an (n, 1) column is accepted)."""
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D of shape (n,), got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"{name} has {arr.shape[0]} entries but X has {n} rows")
+    try:
+        arr = arr.astype(float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def check_Xy(X, y):
+    X = check_X(X)
+    return X, check_y(y, X.shape[0])
+
+
+def check_binary(y, name: str = "y") -> np.ndarray:
+    """Binary labels in {0, 1} or {-1, +1} (or booleans) -> float array in {-1, +1}."""
+    arr = np.asarray(y)
+    if arr.dtype == bool:
+        arr = arr.astype(float)
+    values = set(np.unique(arr).tolist())
+    if values <= {0.0, 1.0}:
+        return np.where(arr > 0, 1.0, -1.0)
+    if values <= {-1.0, 1.0}:
+        return arr.astype(float)
+    raise ValueError(
+        f"{name} must hold binary labels in {{0, 1}} or {{-1, +1}}, got values "
+        f"{sorted(values)[:6]}"
+    )
