@@ -1,6 +1,6 @@
 """Covariance functions. ``k(X, Z)`` gives the (n, m) matrix, ``k(X)`` the symmetric (n, n)
 one, ``k.diag(X)`` its diagonal in O(n). Kernels are equinox Modules whose hyperparameters
-are :class:`~augmentedgp.params.Parameter` nodes (positive ones through softplus); they add
+are :class:`~augmentedgp.params.Parameter` nodes (positive ones through exp); they add
 (``k1 + k2``), multiply (``k1 * k2``) and scale (``2.0 * k``).
 
 Formulas: Rasmussen & Williams (2006) ch. 4 (see ../shared/reference/seed002_003.md C.4).
@@ -185,8 +185,14 @@ class RationalQuadratic(Stationary):
 
 
 class Periodic(Kernel):
-    """MacKay's periodic kernel: v exp(-2 sin^2(pi |x - z| / p) / l^2) (scikit-learn's
-    ExpSineSquared). Isotropic: ``lengthscale`` and ``period`` are scalars."""
+    """MacKay's periodic kernel, one factor per input dimension:
+
+        v exp(-2 sum_d sin^2(pi (x_d - z_d) / p_d) / l_d^2)
+
+    In 1-D this is scikit-learn's ExpSineSquared. For d > 1, ExpSineSquared applies the sine
+    to the Euclidean distance, which is not positive semi-definite; the product form is.
+    ``lengthscale`` and ``period`` may be scalars or arrays of shape (d,).
+    """
 
     lengthscale: Parameter
     variance: Parameter
@@ -196,13 +202,22 @@ class Periodic(Kernel):
         self.lengthscale = positive(lengthscale, "lengthscale")
         self.variance = positive(variance, "variance")
         self.period = positive(period, "period")
-        if jnp.ndim(self.lengthscale.raw) or jnp.ndim(self.period.raw):
-            raise ValueError("Periodic takes a scalar lengthscale and period")
+        if jnp.ndim(self.lengthscale.raw) > 1 or jnp.ndim(self.period.raw) > 1:
+            raise ValueError("lengthscale and period must be scalars or 1-D arrays")
+
+    def _features(self, X):
+        ls = jnp.broadcast_to(self.lengthscale.value, X.shape[-1:])
+        angle = 2.0 * math.pi * X / self.period.value
+        return jnp.cos(angle) / ls, jnp.sin(angle) / ls, jnp.sum(1.0 / ls**2)
 
     def _matrix(self, X, Z, symmetric):
-        r = _safe_sqrt(_scaled_sqdist(X, Z, jnp.ones(()), symmetric))
-        s = jnp.sin(math.pi * r / self.period.value)
-        return self.variance.value * jnp.exp(-2.0 * s**2 / self.lengthscale.value**2)
+        # 2 sin^2((a - b)/2) = 1 - cos a cos b - sin a sin b: one matrix product per term
+        cx, sx, total = self._features(X)
+        cz, sz, _ = (cx, sx, total) if symmetric else self._features(Z)
+        e = jnp.maximum(total - cx @ cz.T - sx @ sz.T, 0.0)
+        if symmetric:
+            e = 0.5 * (e + e.T) * (1.0 - jnp.eye(X.shape[0], dtype=e.dtype))
+        return self.variance.value * jnp.exp(-e)
 
     def diag(self, X):
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)

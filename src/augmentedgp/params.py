@@ -40,6 +40,17 @@ class Softplus:
         return value + jnp.log(-jnp.expm1(-value))  # softplus^{-1}, stable for small values
 
 
+@dataclasses.dataclass(frozen=True)
+class Exp:
+    """value = exp(raw): optimisers move in log-space (scale-free steps; the default)."""
+
+    def forward(self, raw):
+        return jnp.exp(raw)
+
+    def inverse(self, value):
+        return jnp.log(jnp.asarray(value))
+
+
 # --- priors on the constrained value (no Jacobian: the MAP is a mode in value space) ---
 
 
@@ -79,7 +90,7 @@ class Parameter(eqx.Module):
     """A hyperparameter. ``value`` is the constrained value; ``raw`` is what optimisers see."""
 
     raw: jax.Array
-    transform: Identity | Softplus = eqx.field(static=True, default=Identity())
+    transform: Identity | Softplus | Exp = eqx.field(static=True, default=Identity())
     prior: Normal | LogNormal | Gamma | None = eqx.field(static=True, default=None)
     trainable: bool = eqx.field(static=True, default=True)
 
@@ -95,14 +106,20 @@ def _as_float_array(value, name):
     return arr
 
 
-def positive(value, name: str = "parameter", *, prior=None, trainable: bool = True) -> Parameter:
-    """A strictly positive parameter (softplus transform). ``value`` may be an array (ARD)."""
+def positive(value, name: str = "parameter", *, prior=None, trainable: bool = True,
+             transform: Exp | Softplus = Exp()) -> Parameter:
+    """A strictly positive parameter. ``value`` may be an array (ARD).
+
+    The default transform is exp (log-space optimisation, as in GPML and scikit-learn):
+    gradient steps are relative changes, so lengthscales of irrelevant inputs can grow
+    by orders of magnitude; ``Softplus()`` is the alternative.
+    """
     if isinstance(value, Parameter):
         return value
     arr = _as_float_array(value, name)
     if not np.all(arr > 0):
         raise ValueError(f"{name} must be > 0, got {value!r}")
-    return Parameter(Softplus().inverse(jnp.asarray(arr)), Softplus(), prior, trainable)
+    return Parameter(transform.inverse(jnp.asarray(arr)), transform, prior, trainable)
 
 
 def real(value, name: str = "parameter", *, prior=None, trainable: bool = True) -> Parameter:

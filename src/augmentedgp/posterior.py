@@ -5,7 +5,7 @@ q(f) proportional to p(f) prod_i N(f_i | nu_i / tau_i, 1 / tau_i) on g = f - m(X
 class predicts for all three (Rasmussen & Williams Algorithms 2.1, 3.2 and 3.6):
 
     B = I + S K S,  S = diag(sqrt(tau)),  L = chol(B)
-    alpha = nu - S B^{-1} S K nu                       (= K^{-1} E[g])
+    alpha = S B^{-1} S (nu / tau)                      (= K^{-1} E[g])
     E[f*] = m(x*) + k*^T alpha,   V[f*] = k** - |L^{-1} S k*|^2
 """
 
@@ -24,7 +24,9 @@ def site_factors(K, tau, nu):
     s = jnp.sqrt(tau)
     B = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
     L = linalg.cholesky(B)
-    alpha = nu - s * linalg.cho_solve(L, s * (K @ nu))
+    # alpha = (K + S^-2)^{-1} nu / tau = S B^{-1} (nu / s): no cancellation for tiny noise,
+    # unlike nu - S B^{-1} S K nu (R&W Alg. 3.6 line 4). Sites with tau = 0 have nu = 0.
+    alpha = s * linalg.cho_solve(L, jnp.where(s > 0, nu / jnp.where(s > 0, s, 1.0), 0.0))
     return s, L, alpha
 
 

@@ -23,7 +23,7 @@ import scipy.optimize
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from .params import Softplus, _is_param, partition_trainable
+from .params import Identity, _is_param, partition_trainable
 
 
 @dataclasses.dataclass(eq=False)
@@ -189,8 +189,8 @@ def perturb(model, key, scale: float = 1.0):
         if not (_is_param(p) and p.trainable):
             return p
         eps = scale * jax.random.normal(next(it), jnp.shape(p.raw), dtype=p.raw.dtype)
-        if isinstance(p.transform, Softplus):
-            return dataclasses.replace(p, raw=p.transform.inverse(p.value * jnp.exp(eps)))
-        return dataclasses.replace(p, raw=p.raw + eps)
+        if isinstance(p.transform, Identity):
+            return dataclasses.replace(p, raw=p.raw + eps)
+        return dataclasses.replace(p, raw=p.transform.inverse(p.value * jnp.exp(eps)))
 
     return jax.tree_util.tree_map(move, model, is_leaf=_is_param)

@@ -1,0 +1,86 @@
+"""Command-line interface: ``augmentedgp demo``, ``augmentedgp info``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Gaussian processes with non-Gaussian likelihoods (augmentedgp).")
+console = Console()
+
+
+def _regression_demo(seed: int):
+    import augmentedgp as agp
+    from augmentedgp.datasets import Standardizer, load, train_test_split
+
+    data = load("yacht")
+    Xtr, ytr, Xte, yte = train_test_split(data["X"], data["y"], 0.2, seed)
+    sx, sy = Standardizer(Xtr), Standardizer(ytr)
+    model = agp.GP(agp.kernels.RBF(lengthscale=np.ones(Xtr.shape[1])), noise=0.1)
+    t0 = time.perf_counter()
+    post = agp.fit(model, sx.transform(Xtr), sy.transform(ytr))
+    secs = time.perf_counter() - t0
+    mean, var = post.predict_y(sx.transform(Xte))
+    mean = sy.inverse(np.asarray(mean))
+    rmse = float(np.sqrt(np.mean((mean - yte) ** 2)))
+    nll = float(-np.mean(post.predict_log_density(sx.transform(Xte), sy.transform(yte)))
+                + np.log(sy.scale))
+    return ("Exact GP regression", "yacht (308 x 6)", "ARD RBF, type-II ML (L-BFGS)",
+            {"test RMSE": rmse, "test NLL": nll, "train LML": post.log_marginal_likelihood(),
+             "fit seconds": secs})
+
+
+def _classification_demo(seed: int):
+    import augmentedgp as agp
+    from augmentedgp.datasets import load
+
+    data = load("a9a_small")
+    model = agp.GP(agp.kernels.RBF(lengthscale=4.0, variance=2.0), agp.likelihoods.Logistic())
+    t0 = time.perf_counter()
+    post = agp.fit(model, data["X_train"], data["y_train"], agp.Laplace())
+    secs = time.perf_counter() - t0
+    p = np.asarray(post.predict_proba(data["X_test"]))
+    yte = data["y_test"]
+    acc = float(np.mean((p > 0.5) == (yte == 1)))
+    nll = float(-np.mean(post.predict_log_density(data["X_test"], yte)))
+    return ("Laplace GP classification", "a9a (1000 train / 1000 test, 123 features)",
+            "RBF + logistic, type-II ML (L-BFGS)",
+            {"test accuracy": acc, "test NLL": nll, "train LML": post.log_marginal_likelihood(),
+             "fit seconds": secs})
+
+
+@app.command()
+def demo(seed: int = typer.Option(0, help="seed of the train/test split")):
+    """Fit the built-in examples and print test metrics."""
+    for run in (_regression_demo, _classification_demo):
+        title, data, method, metrics = run(seed)
+        table = Table(title=f"{title}: {data}", caption=method)
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value in metrics.items():
+            table.add_row(name, f"{value:.4f}")
+        console.print(table)
+
+
+@app.command()
+def info():
+    """Versions, JAX backend and dtype."""
+    import jax
+
+    import augmentedgp as agp
+
+    console.print(f"augmentedgp {agp.__version__}, jax {jax.__version__}, "
+                  f"backend {jax.default_backend()}, x64 {jax.config.jax_enable_x64}")
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()
