@@ -8,7 +8,6 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.test_util
 import numpy as np
 import pytest
 import scipy.special
@@ -297,12 +296,13 @@ def test_padding_used_by_psd_test_is_exact_enough():
 
 def test_periodic_multidimensional_is_psd():
     """exp(-2 sin^2(pi ||x - z|| / p) / l^2) with a Euclidean distance is not PSD for d >= 2
-    (its min eigenvalue on this 4 x 4 grid is about -1.46); the product form is."""
-    r = np.linspace(0.0, 1.0, 4)
-    a, b = np.meshgrid(r, r)
-    X = np.stack([a.ravel(), b.ravel()], -1)  # 4 x 4 grid in [0, 1]^2
+    (min eigenvalue about -1.66 on this 3 x 5 grid); the product form is."""
+    a, b = np.meshgrid(np.linspace(0.0, 1.0, 3), np.linspace(0.0, 1.0, 5))
+    X = np.stack([a.ravel(), b.ravel()], -1)  # 15 points in [0, 1]^2
     assert np.linalg.eigvalsh(sk.ExpSineSquared()(X)).min() < -1.0  # the counterexample
-    _assert_psd(K.Periodic()(jnp.asarray(X)))
+    padded = np.zeros((15, 3))
+    padded[:, :2] = X
+    _assert_psd(_gram_and_diag(K.Periodic(), padded)[0])
 
 
 def test_periodic_is_product_of_1d_exp_sine_squared():
@@ -330,10 +330,9 @@ def test_periodic_is_product_of_1d_exp_sine_squared():
 # its own entries of the raw gradient.
 GRAD_CASES = {
     "stationary": lambda: (
-        K.RBF(ARD3, 0.8) + K.Matern12(0.7, 1.2) + K.Matern32(ARD3, 0.9)
-        + K.Matern52(0.6, 1.1) + K.RationalQuadratic(0.9, 1.1, alpha=0.6)
+        K.RBF(ARD3, 0.8) + K.Matern12(0.7, 1.2) + K.Matern12(ARD3, 0.5)
+        + K.Matern32(ARD3, 0.9) + K.Matern52(0.6, 1.1) + K.RationalQuadratic(0.9, 1.1, alpha=0.6)
     ),
-    "matern12_ard": lambda: K.Matern12(ARD3, 1.2),
     "periodic": lambda: (
         K.Periodic(0.8, 1.2, period=1.7) + K.Periodic(ARD3, 0.7, period=np.array([1.7, 0.9, 2.5]))
     ),
@@ -390,18 +389,18 @@ def test_gradient_matches_fd(name):
     raw0, build = _split(GRAD_CASES[name]())
     assert raw0.size >= 1
 
-    @jax.jit
     def f(raw, x, z):
         k = build(raw)
         return jnp.sum(W * k(x, z)) + jnp.sum(Ws * k(x)) + jnp.sum(w * k.diag(x))
 
-    grad = jax.jit(jax.grad(f, argnums=(0, 1, 2)))
-    g_raw, g_x, g_z = grad(raw0, X, Z)
-    _assert_close_to_fd(np.asarray(g_raw), _fd_grad(lambda r: f(r, X, Z), raw0))
-    _assert_close_to_fd(np.asarray(g_x), _fd_grad(lambda x: f(raw0, x, Z), X))
-    _assert_close_to_fd(np.asarray(g_z), _fd_grad(lambda z: f(raw0, X, z), Z))
+    vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))  # one compilation for both
+    value = lambda *args: vg(*args)[0]
+    g_raw, g_x, g_z = vg(raw0, X, Z)[1]
+    _assert_close_to_fd(np.asarray(g_raw), _fd_grad(lambda r: value(r, X, Z), raw0))
+    _assert_close_to_fd(np.asarray(g_x), _fd_grad(lambda x: value(raw0, x, Z), X))
+    _assert_close_to_fd(np.asarray(g_z), _fd_grad(lambda z: value(raw0, X, z), Z))
 
-    for g in grad(raw0, *_duplicated_inputs(seed=17)):
+    for g in vg(raw0, *_duplicated_inputs(seed=17))[1]:
         assert np.all(np.isfinite(np.asarray(g))), g
 
 
@@ -417,13 +416,6 @@ def test_filter_grad_agrees_with_softplus_chain_rule():
     )
     np.testing.assert_allclose(float(g.lengthscale.raw),
                                dvalue * _dvalue_draw(k.lengthscale), rtol=1e-6)
-
-
-def test_check_grads_rev_mode():
-    X, Z = _inputs(seed=16)
-    raw0, build = _split(K.Matern52(ARD3, 1.3) + K.Polynomial(2))
-    jax.test_util.check_grads(jax.jit(lambda raw, x: build(raw)(x, Z)), (raw0, X),
-                              order=1, modes=["rev"], eps=1e-6, rtol=1e-6)
 
 
 def test_matern12_gradient_at_coincident_points():

@@ -7,11 +7,13 @@ Each likelihood gives the elementwise ``log_prob(y, f)``, its first two derivati
 
 from __future__ import annotations
 
+import functools
 import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import log_ndtr, ndtr
 
 from .params import Parameter, positive
@@ -19,6 +21,11 @@ from .quadrature import gauss_hermite
 from .validation import check_binary
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+@functools.lru_cache(maxsize=1)
+def _laguerre_nodes(n: int = 64):
+    return np.polynomial.laguerre.laggauss(n)  # for int_0^inf e^{-x} g(x) dx
 
 
 class Likelihood(eqx.Module):
@@ -100,8 +107,23 @@ class Logistic(Bernoulli):
     def hess_log_prob(self, y, f):
         return -jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
 
-    def predict_proba(self, mean, var, n_points: int = 64):
-        return gauss_hermite(jax.nn.sigmoid, mean, var, n_points)
+    def predict_proba(self, mean, var):
+        """int sigmoid(f) N(f | m, v) df, accurate to ~1e-12 for any variance.
+
+        Small v: Gauss-Hermite. Large v (the sigmoid's step is narrow against the Gaussian):
+        sigmoid(f) = 1[f > 0] - sign(f) sigmoid(-|f|) gives
+        Phi(m / sqrt(v)) + int_0^inf e^{-x} sigmoid(x) [N(-x | m, v) - N(x | m, v)] dx,
+        a smooth integrand for Gauss-Laguerre.
+        """
+        mean, var = jnp.asarray(mean), jnp.asarray(var)
+        small = gauss_hermite(jax.nn.sigmoid, mean, var, 64)
+        x, w = _laguerre_nodes()
+        v = jnp.maximum(var, 1e-12)[..., None]
+        m = mean[..., None]
+        dens = lambda t: jnp.exp(-0.5 * (t - m) ** 2 / v) / jnp.sqrt(2.0 * math.pi * v)
+        large = ndtr(mean / jnp.sqrt(jnp.maximum(var, 1e-12))) + jnp.sum(
+            w * jax.nn.sigmoid(x) * (dens(-x) - dens(x)), axis=-1)
+        return jnp.where(var < 3.0, small, large)
 
 
 class Probit(Bernoulli):

@@ -108,14 +108,19 @@ def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window
         chunk = np.asarray(chunk)
         bad = ~np.isfinite(chunk)
         if bad.any():  # keep the last finite state, never return NaN parameters
+            # chunk[j] is the objective *before* update j, so the state after k - 1 updates
+            # is the last one with a finite objective
             k = int(np.argmax(bad))
+            if k == 0 and not values:
+                raise ValueError("the objective is not finite at the initial parameters; check "
+                                 "the data and the initial hyperparameters")
             message = f"stopped: objective became non-finite at iteration {len(values) + k}"
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
-            if k > 0:  # replay the finite prefix of the chunk
-                carry, chunk_ok = run_chunk(carry, k)
-                values.extend(np.asarray(chunk_ok).tolist())
-                times.extend([time.perf_counter() - start] * k)
+            if k > 1:
+                carry, _ = run_chunk(carry, k - 1)
+            values.extend(chunk[:k].tolist())
+            times.extend([time.perf_counter() - start] * k)
             break
         carry = new_carry
         values.extend(chunk.tolist())
