@@ -35,7 +35,7 @@ def _inputs(seed=0, n=7, m=5, d=3):
 SKLEARN_CASES = [
     ("rbf", K.RBF(0.7, 1.3), sk.ConstantKernel(1.3) * sk.RBF(0.7), 3),
     ("rbf_ard", K.RBF(ARD3, 0.8), sk.ConstantKernel(0.8) * sk.RBF(ARD3), 3),
-    ("se_alias", K.SquaredExponential(1.1), sk.RBF(1.1), 2),
+    ("se_alias", K.SquaredExponential(1.1), sk.RBF(1.1), 3),
     ("matern12", K.Matern12(0.7, 1.3), sk.ConstantKernel(1.3) * sk.Matern(0.7, nu=0.5), 3),
     ("matern32", K.Matern32(0.9, 0.6), sk.ConstantKernel(0.6) * sk.Matern(0.9, nu=1.5), 3),
     ("matern52", K.Matern52(1.4, 2.1), sk.ConstantKernel(2.1) * sk.Matern(1.4, nu=2.5), 3),

@@ -3,8 +3,15 @@
 Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to opt out).
 """
 
-from . import _x64  # noqa: F401  (must run before any array is created)
-from . import inference, kernels, likelihoods, linalg, means, params
+from . import (
+    _x64,  # noqa: F401  (must run before any array is created)
+    inference,
+    kernels,
+    likelihoods,
+    linalg,
+    means,
+    params,
+)
 from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from .fit import fit
 from .inference import EP, Exact, Laplace

@@ -129,7 +129,8 @@ class EP(eqx.Module):
 
     def check(self, model):
         if not isinstance(model.likelihood, Probit):
-            raise ValueError(f"EP supports the Probit likelihood, not {type(model.likelihood).__name__}")
+            name = type(model.likelihood).__name__
+            raise ValueError(f"EP supports the Probit likelihood, not {name}")
 
     @staticmethod
     def _tilted(y, m, mu_c, var_c):
@@ -169,14 +170,14 @@ class EP(eqx.Module):
 
         def sweep(state):
             tau, nu, _, it = state
-            tau_new, nu_new, _, _ = lax.fori_loop(0, n, site_update, (tau, nu, *self._posterior(K, tau, nu)[:2]))
+            Sigma, mu, _ = self._posterior(K, tau, nu)
+            tau_new, nu_new, _, _ = lax.fori_loop(0, n, site_update, (tau, nu, Sigma, mu))
             delta = jnp.maximum(jnp.max(jnp.abs(tau_new - tau)), jnp.max(jnp.abs(nu_new - nu)))
             return tau_new, nu_new, delta, it + 1
 
         zeros = jnp.zeros(n, dtype=K.dtype)
-        tau, nu, _, it = lax.while_loop(
-            lambda s: (s[2] > self.tol) & (s[3] < self.max_sweeps), sweep, (zeros, zeros, jnp.inf, 0)
-        )
+        tau, nu, _, it = lax.while_loop(lambda s: (s[2] > self.tol) & (s[3] < self.max_sweeps),
+                                        sweep, (zeros, zeros, jnp.inf, 0))
         return tau, nu, it
 
     def log_marginal_likelihood(self, model, X, y):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 
 from . import linalg
@@ -33,7 +32,8 @@ class GP(eqx.Module):
         if not isinstance(kernel, Kernel):
             raise ValueError(f"kernel must be an augmentedgp kernel, got {type(kernel).__name__}")
         if likelihood is not None and noise is not None:
-            raise ValueError("give either likelihood or noise (the Gaussian noise variance), not both")
+            raise ValueError("give either likelihood or noise (the Gaussian noise variance), "
+                             "not both")
         if likelihood is None:
             likelihood = Gaussian(1.0 if noise is None else noise)
         if not isinstance(likelihood, Likelihood):

@@ -77,7 +77,8 @@ def minimize(
         return _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose)
     if isinstance(optimizer, str):
         if optimizer.lower() != "adam":
-            raise ValueError(f"optimizer must be 'lbfgs', 'adam' or an optax transformation, got {optimizer!r}")
+            raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax transformation, "
+                             f"got {optimizer!r}")
         optimizer = optax.adam(learning_rate)
     return _minimize_optax(loss, params, static, optimizer, max_iter, tol, chunk_size, window,
                            callback, verbose)
@@ -88,7 +89,8 @@ def _value(loss, params, static):
     return loss(eqx.combine(params, static))
 
 
-def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window, callback, verbose):
+def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window, callback,
+                    verbose):
     def step(carry, _):
         p, state = carry
         value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static)))(p)
@@ -127,13 +129,15 @@ def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window
         times.extend([time.perf_counter() - start] * length)
         if verbose:
             print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
-        if callback is not None and callback(len(values), values[-1], eqx.combine(carry[0], static)):
+        model_now = eqx.combine(carry[0], static)
+        if callback is not None and callback(len(values), values[-1], model_now):
             message = "stopped by callback"
             break
         if _relative_change(values, window) < tol:
             message, converged = "converged (relative change of the objective below tol)", True
             break
-    return eqx.combine(carry[0], static), History(np.array(values), np.array(times), converged, message)
+    history = History(np.array(values), np.array(times), converged, message)
+    return eqx.combine(carry[0], static), history
 
 
 def _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose):
@@ -162,8 +166,8 @@ def _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose):
         times.append(time.perf_counter() - start)
         if verbose:
             print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
-        if callback is not None and callback(len(values), values[-1],
-                                             eqx.combine(unravel(jnp.asarray(intermediate_result.x)), static)):
+        model_now = eqx.combine(unravel(jnp.asarray(intermediate_result.x)), static)
+        if callback is not None and callback(len(values), values[-1], model_now):
             stop["flag"] = True
             raise StopIteration
 

@@ -21,7 +21,9 @@ def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf")
     if d is not None and arr.shape[1] != d:
-        raise ValueError(f"{name} must have {d} columns (as the training inputs), got {arr.shape[1]}")
+        raise ValueError(
+            f"{name} must have {d} columns (as the training inputs), got {arr.shape[1]}"
+        )
     return arr
 
 
