@@ -129,8 +129,8 @@ def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window
         times.extend([time.perf_counter() - start] * length)
         if verbose:
             print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
-        model_now = eqx.combine(carry[0], static)
-        if callback is not None and callback(len(values), values[-1], model_now):
+        if callback is not None and callback(len(values), values[-1],
+                                             eqx.combine(carry[0], static)):
             message = "stopped by callback"
             break
         if _relative_change(values, window) < tol:
@@ -166,8 +166,9 @@ def _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose):
         times.append(time.perf_counter() - start)
         if verbose:
             print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
-        model_now = eqx.combine(unravel(jnp.asarray(intermediate_result.x)), static)
-        if callback is not None and callback(len(values), values[-1], model_now):
+        x_now = jnp.asarray(intermediate_result.x)
+        if callback is not None and callback(len(values), values[-1],
+                                             eqx.combine(unravel(x_now), static)):
             stop["flag"] = True
             raise StopIteration
 
