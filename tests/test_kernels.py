@@ -428,9 +428,11 @@ def test_matern12_gradient_at_coincident_points():
     g = eqx.filter_jit(eqx.filter_grad(lambda k: jnp.sum(k(X))))(k)
     r = np.sqrt(np.sum((X[:, None, :] - X[None, :, :]) ** 2, -1))
     e = np.exp(-r / ell)
-    np.testing.assert_allclose(float(g.variance.raw), _dvalue_draw(k.variance) * e.sum(), rtol=1e-12)
+    np.testing.assert_allclose(float(g.variance.raw), _dvalue_draw(k.variance) * e.sum(),
+                               rtol=1e-12)
     np.testing.assert_allclose(float(g.lengthscale.raw),
-                               _dvalue_draw(k.lengthscale) * np.sum(v * r / ell**2 * e), rtol=1e-10)
+                               _dvalue_draw(k.lengthscale) * np.sum(v * r / ell**2 * e),
+                               rtol=1e-10)
     # d/dx_i sum_jk k(x_j, x_k) = 2 sum_j dk(x_i, x_j)/dx_i, zero for x_j == x_i
     with np.errstate(invalid="ignore", divide="ignore"):
         unit = np.where(r[..., None] > 0, (X[:, None, :] - X[None, :, :]) / r[..., None], 0.0)
