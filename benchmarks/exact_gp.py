@@ -44,7 +44,16 @@ SECTION_END = "<!-- END exact_gp.py -->"
 # Threads: torch and TensorFlow are pinned to the number of cores. JAX/XLA's CPU thread
 # pool and OpenBLAS (numpy/scipy, used by scikit-learn and by JAX's LAPACK calls) are left
 # at their defaults, which also use every core; the run reports what threadpoolctl sees.
-THREADS = os.cpu_count() or 1
+# --single-thread pins everything to one thread instead (set here, before the imports):
+# reproducible numbers on a machine shared with other jobs, where multi-threaded BLAS and
+# OpenMP suffer badly from oversubscription.
+SINGLE_THREAD = "--single-thread" in sys.argv[1:]
+THREADS = 1 if SINGLE_THREAD else (os.cpu_count() or 1)
+if SINGLE_THREAD:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
+                               "=false intra_op_parallelism_threads=1").strip()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # must precede the TensorFlow import
 
 import equinox as eqx  # noqa: E402
@@ -200,9 +209,34 @@ def jax_bare_cholesky(h: Hyp, data: Data) -> Callable[[], float]:
     return run
 
 
+def agp_compile_seconds(h: Hyp, data: Data) -> float:
+    """Trace + XLA compile (no run) of the jitted LML + gradient at this problem size."""
+    model = agp_model(h)
+    params, static = agp.params.partition_trainable(model)
+
+    def loss(p, X, y):
+        return -agp.Exact().log_marginal_likelihood(eqx.combine(p, static), X, y)
+
+    t0 = time.perf_counter()
+    jax.jit(jax.value_and_grad(loss)).lower(params, jnp.asarray(data.X),
+                                            jnp.asarray(data.y)).compile()
+    return time.perf_counter() - t0
+
+
+def scipy_message(message: str) -> str:
+    """scipy's L-BFGS-B stopping message, shortened for the table."""
+    m = message.upper()
+    if "REDUCTION OF F" in m:
+        return "L-BFGS-B: converged (ftol)"
+    if "PROJECTED GRADIENT" in m:
+        return "L-BFGS-B: converged (gtol)"
+    return f"L-BFGS-B: {message}"
+
+
 def agp_fit(h: Hyp, data: Data) -> tuple[Hyp, dict]:
     post = agp.fit(agp_model(h), data.X, data.y)
-    return agp_hyp(post.model), {"iters": post.history.n_iter, "note": post.history.message}
+    return agp_hyp(post.model), {"iters": post.history.n_iter,
+                                 "note": scipy_message(post.history.message)}
 
 
 # --- scikit-learn -------------------------------------------------------------------------
@@ -239,8 +273,10 @@ def sklearn_fit(h: Hyp, data: Data) -> tuple[Hyp, dict]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gpr.fit(data.X, data.y)
-    notes = sorted({type(w.message).__name__ for w in caught})
-    return sklearn_hyp(gpr), {"iters": None, "note": ", ".join(notes)}
+    notes = sorted({f"{type(w.message).__name__}: {str(w.message).splitlines()[0][:80]}"
+                    for w in caught})
+    return sklearn_hyp(gpr), {"iters": None, "note": "L-BFGS-B; " + "; ".join(notes) if notes
+                              else "L-BFGS-B: no warning"}
 
 
 # --- GPyTorch -----------------------------------------------------------------------------
@@ -344,7 +380,7 @@ def gpflow_lml_and_grad(h: Hyp, data: Data) -> Callable[[], float]:
 def gpflow_fit(h: Hyp, data: Data) -> tuple[Hyp, dict]:
     model = gpflow_model(h, data)
     res = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables)
-    return gpflow_hyp(model), {"iters": int(res.nit), "note": str(res.message)}
+    return gpflow_hyp(model), {"iters": int(res.nit), "note": scipy_message(str(res.message))}
 
 
 # --- timing -------------------------------------------------------------------------------
@@ -416,6 +452,10 @@ def bench_fit(dataset: str, n: int, n_test: int, gpytorch_iters: int) -> list[di
         rows.append(row)
         print(f"  n={n:5d} {name:22s} fit {wall:8.2f} s  LML {row['lml']:.4f}  RMSE {rmse:.4f}"
               f"  NLL {nll:.4f}  [{h}]", flush=True)
+    compile_s = agp_compile_seconds(h0, data)
+    for row in rows:
+        if row["library"].startswith("augmentedgp"):
+            row["note"] += f"; trace+compile of LML+grad alone {compile_s:.2f} s"
     return rows
 
 
@@ -529,8 +569,10 @@ def machine() -> dict[str, str]:
     except ImportError:
         pass
     torch_threads = torch.get_num_threads() if torch is not None else "—"
+    rest = ("XLA CPU and OpenBLAS/OpenMP pinned to 1 thread (--single-thread)" if SINGLE_THREAD
+            else "XLA CPU and OpenBLAS left at their defaults (all cores)")
     info["threads"] = (f"torch.set_num_threads({torch_threads}); TensorFlow intra/inter-op "
-                       f"{THREADS}; XLA CPU and OpenBLAS left at their defaults (all cores)")
+                       f"{THREADS}; {rest}")
     return info
 
 
@@ -630,6 +672,8 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=10.0,
                         help="stop repeating an entry after this many seconds (min 2 calls)")
     parser.add_argument("--gpytorch-iters", type=int, default=100)
+    parser.add_argument("--single-thread", action="store_true",
+                        help="pin every library (XLA, OpenBLAS, OpenMP, torch, TF) to 1 thread")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS_MD}")
     args = parser.parse_args(argv)
     sizes = [500] if args.quick else parse_sizes(args.sizes)

@@ -404,7 +404,7 @@ def test_gradient_matches_fd(name):
         assert np.all(np.isfinite(np.asarray(g))), g
 
 
-def test_filter_grad_agrees_with_softplus_chain_rule():
+def test_filter_grad_applies_the_transform_chain_rule():
     # eqx.filter_grad w.r.t. the kernel gives d/d raw = d/d value * d value/d raw
     X, Z = _inputs(seed=12)
     W = np.random.default_rng(13).normal(size=(7, 5))

@@ -90,7 +90,7 @@ class Scaled(Kernel):
 def _scaled_sqdist(X, Z, lengthscale, symmetric):
     """Squared distances between rows of X/l and Z/l, by one matrix product (BLAS speed).
 
-    Inputs are centred first to limit cancellation; the diagonal of k(X, X) is exactly 0.
+    Inputs are centred first to limit cancellation; coinciding rows give exactly 0.
     """
     if lengthscale.ndim == 1 and lengthscale.shape[0] not in (1, X.shape[-1]):
         raise ValueError(
@@ -101,8 +101,11 @@ def _scaled_sqdist(X, Z, lengthscale, symmetric):
     centre = jnp.mean(Xs, axis=0)
     Xs = Xs - centre
     Zs = Xs if symmetric else Zs - centre
-    r2 = jnp.sum(Xs**2, -1)[:, None] + jnp.sum(Zs**2, -1)[None, :] - 2.0 * Xs @ Zs.T
-    r2 = jnp.maximum(r2, 0.0)
+    x2, z2 = jnp.sum(Xs**2, -1)[:, None], jnp.sum(Zs**2, -1)[None, :]
+    r2 = x2 + z2 - 2.0 * Xs @ Zs.T
+    # below the rounding error of the expansion (~eps (|x|^2 + |z|^2)) the rows coincide:
+    # return exactly 0, else Matern-1/2 sees r ~ 1e-8 at coincident inputs
+    r2 = jnp.where(r2 > 16.0 * jnp.finfo(r2.dtype).eps * (x2 + z2), r2, 0.0)
     if symmetric:
         r2 = 0.5 * (r2 + r2.T) * (1.0 - jnp.eye(X.shape[0], dtype=r2.dtype))
     return r2

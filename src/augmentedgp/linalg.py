@@ -44,24 +44,52 @@ def jitter_levels() -> tuple[float, ...]:
     return _JITTER_LEVELS
 
 
+def _keep(L, level, A, scale, next_level):
+    return L, level
+
+
+def _retry(L, level, A, scale, next_level):
+    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
+    return jnp.linalg.cholesky(A + next_level * scale * eye), next_level
+
+
+def _cholesky_jittered(A):
+    """(L, level): the factor of A + level * mean(diag A) * I for the first level that works
+    (level 0 when A itself factorises). One factorisation when no jitter is needed."""
+    L = jnp.linalg.cholesky(A)
+    scale = jnp.mean(jnp.diagonal(A))
+    level = jnp.zeros((), A.dtype)
+    for next_level in _JITTER_LEVELS:
+        L, level = lax.cond(jnp.all(jnp.isfinite(L)), _keep, _retry,
+                            L, level, A, scale, jnp.asarray(next_level, A.dtype))
+    return L, level
+
+
+def _with_jitter_tangent(dA, level):
+    """Tangent of A + level * mean(diag A) * I: the jitter moves with the diagonal of A."""
+    return dA + level * jnp.mean(jnp.diagonal(dA)) * jnp.eye(dA.shape[-1], dtype=dA.dtype)
+
+
+@jax.custom_jvp
 def cholesky(A: jax.Array) -> jax.Array:
-    """Lower Cholesky factor of a symmetric PD matrix, adding jitter only when needed.
+    """Lower Cholesky factor of a symmetric PD (n, n) matrix, adding jitter only when needed.
 
     Tries ``A`` first, then ``A + j * mean(diag(A)) * I`` for each escalating level ``j``.
-    Differentiable (``lax.cond`` chain); on total failure the result holds NaN.
+    Differentiable: the derivative is that of the factor actually returned (jitter
+    included). On total failure the result holds NaN (see :func:`check_cholesky`).
     """
-    L = jnp.linalg.cholesky(A)
-    scale = jnp.mean(jnp.diagonal(A, axis1=-2, axis2=-1), axis=-1)[..., None, None]
-    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
-    for level in _JITTER_LEVELS:
-        L = lax.cond(
-            jnp.all(jnp.isfinite(L)),
-            lambda L, A: L,
-            lambda L, A, level=level: jnp.linalg.cholesky(A + level * scale * eye),
-            L,
-            A,
-        )
-    return L
+    return _cholesky_jittered(A)[0]
+
+
+@cholesky.defjvp
+def _cholesky_jvp(primals, tangents):
+    (A,), (dA,) = primals, tangents
+    L, level = _cholesky_jittered(A)
+    dA = _with_jitter_tangent(0.5 * (dA + dA.T), level)
+    # dL = L Phi(L^{-1} dA L^{-T}), Phi = lower triangle with halved diagonal
+    M = solve_triangular(L, solve_triangular(L, dA, lower=True).T, lower=True).T
+    phi = jnp.tril(M) - 0.5 * jnp.diag(jnp.diagonal(M))
+    return L, L @ phi
 
 
 def check_cholesky(L, what: str = "covariance matrix"):
@@ -115,13 +143,14 @@ def _mvn_logpdf_chol(r, L):
 def _mvn_logpdf_jvp(primals, tangents):
     r, K = primals
     dr, dK = tangents
-    L = cholesky(K)
+    L, level = _cholesky_jittered(K)
     value = _mvn_logpdf_chol(r, L)
     alpha = cho_solve(L, r)
     dvalue = jnp.zeros_like(value)
     if not isinstance(dr, SymbolicZero):
         dvalue = dvalue - alpha @ dr
     if not isinstance(dK, SymbolicZero):
+        dK = _with_jitter_tangent(dK, level)
         Kinv = cho_solve(L, jnp.eye(K.shape[-1], dtype=K.dtype))
         dvalue = dvalue + 0.5 * (alpha @ dK @ alpha) - 0.5 * jnp.sum(Kinv * dK)
     return value, dvalue
