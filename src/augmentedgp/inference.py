@@ -1,8 +1,9 @@
 """Inference for full GPs: exact (Gaussian likelihood), Laplace and expectation propagation.
 
-Each method maps (model, X, y) to Gaussian sites (tau, nu) on g = f - m(X) and to the
-(approximate) log marginal likelihood, written so that ``jax.grad`` of it is the exact
-gradient of the method's marginal likelihood with respect to all hyperparameters.
+Each method's ``approximate(model, X, y)`` returns Gaussian sites (tau, nu) on g = f - m(X)
+(stop-gradient) and the (approximate) log marginal likelihood, written so that ``jax.grad``
+of it is the exact gradient of the method's marginal likelihood with respect to all
+hyperparameters.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from jax import lax
 
 from . import linalg
 from .likelihoods import Gaussian, Probit
-from .posterior import site_factors
+from .posterior import site_factors, system_factor
 
 sg = lax.stop_gradient
 
@@ -33,10 +34,11 @@ class Exact(eqx.Module):
         K = model.kernel(X) + model.likelihood.variance.value * jnp.eye(X.shape[0], dtype=X.dtype)
         return linalg.mvn_logpdf(y - model.mean(X), K)  # R&W eq. 2.30
 
-    def sites(self, model, X, y):
-        s2 = model.likelihood.variance.value
+    def approximate(self, model, X, y):
+        s2 = sg(model.likelihood.variance.value)
         tau = jnp.full(y.shape, 1.0 / s2, dtype=X.dtype)
-        return tau, (y - model.mean(X)) / s2
+        nu = sg(y - model.mean(X)) / s2
+        return tau, nu, self.log_marginal_likelihood(model, X, y)
 
 
 class Laplace(eqx.Module):
@@ -60,7 +62,7 @@ class Laplace(eqx.Module):
         f = g + m
         W = -lik.hess_log_prob(y, f)
         b = W * g + lik.grad_log_prob(y, f)
-        s, L, _ = site_factors(K, W, jnp.zeros_like(g))
+        s, L = system_factor(K, W)
         a = b - s * linalg.cho_solve(L, s * (K @ b))  # R&W Alg. 3.1 lines 6-7
         return K @ a, a
 
@@ -97,23 +99,19 @@ class Laplace(eqx.Module):
         g, _, _, _, it = lax.while_loop(cond, body, init)
         return g, it
 
-    def _terms(self, model, X, y):
+    def approximate(self, model, X, y):
         lik = model.likelihood
         K, m = model.kernel(X), model.mean(X)
         g_hat, _ = self.mode(model, X, y)
         g, a = self._newton_step(lik, K, m, y, g_hat)  # = g_hat in value, IFT in derivative
         f = g + m
         W = -lik.hess_log_prob(y, f)
-        s, L, _ = site_factors(K, W, jnp.zeros_like(g))
+        _, L = system_factor(K, W)
         lml = self._psi(lik, m, y, g, a) - jnp.sum(jnp.log(jnp.diagonal(L)))  # R&W eq. 3.32
-        return lml, W, W * g + lik.grad_log_prob(y, f)
+        return sg(W), sg(W * g + lik.grad_log_prob(y, f)), lml
 
     def log_marginal_likelihood(self, model, X, y):
-        return self._terms(model, X, y)[0]
-
-    def sites(self, model, X, y):
-        _, W, nu = self._terms(model, X, y)
-        return sg(W), sg(nu)
+        return self.approximate(model, X, y)[2]
 
 
 class EP(eqx.Module):
@@ -180,7 +178,7 @@ class EP(eqx.Module):
                                         sweep, (zeros, zeros, jnp.inf, 0))
         return tau, nu, it
 
-    def log_marginal_likelihood(self, model, X, y):
+    def approximate(self, model, X, y):
         K, m = model.kernel(X), model.mean(X)
         tau, nu, _ = self.fit_sites(model, X, y)
         Sigma, mu, L = self._posterior(sg(K), tau, nu)
@@ -201,8 +199,7 @@ class EP(eqx.Module):
         s, L, alpha = site_factors(sg(K), tau, nu)
         R = s[:, None] * linalg.cho_solve(L, jnp.diag(s))
         G = 0.5 * (jnp.outer(alpha, alpha) - R)
-        return sg(value) + jnp.sum(G * (K - sg(K))) + alpha @ (m - sg(m))
+        return tau, nu, sg(value) + jnp.sum(G * (K - sg(K))) + alpha @ (m - sg(m))
 
-    def sites(self, model, X, y):
-        tau, nu, _ = self.fit_sites(model, X, y)
-        return tau, nu
+    def log_marginal_likelihood(self, model, X, y):
+        return self.approximate(model, X, y)[2]

@@ -79,8 +79,7 @@ def _lml(model, X, y, inference):
 
 @eqx.filter_jit
 def _posterior(model, X, y, inference):
-    tau, nu = inference.sites(model, X, y)
-    lml = inference.log_marginal_likelihood(model, X, y)
+    tau, nu, lml = inference.approximate(model, X, y)
     s, L, alpha = site_factors(model.kernel(X), tau, nu)
     return SitePosterior(model, X, y, s, L, alpha, lml)
 

@@ -19,11 +19,16 @@ from . import linalg
 from .validation import check_X, check_y
 
 
-def site_factors(K, tau, nu):
-    """(sqrt_tau, L, alpha) for the site posterior; see the module docstring."""
+def system_factor(K, tau):
+    """(sqrt_tau, L) with L = chol(I + S K S), S = diag(sqrt(tau)) (R&W eq. 3.26)."""
     s = jnp.sqrt(tau)
     B = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
-    L = linalg.cholesky(B)
+    return s, linalg.cholesky(B)
+
+
+def site_factors(K, tau, nu):
+    """(sqrt_tau, L, alpha) for the site posterior; see the module docstring."""
+    s, L = system_factor(K, tau)
     # alpha = (K + S^-2)^{-1} nu / tau = S B^{-1} (nu / s): no cancellation for tiny noise,
     # unlike nu - S B^{-1} S K nu (R&W Alg. 3.6 line 4). Sites with tau = 0 have nu = 0.
     alpha = s * linalg.cho_solve(L, jnp.where(s > 0, nu / jnp.where(s > 0, s, 1.0), 0.0))
