@@ -59,7 +59,7 @@ def demo(seed: int = typer.Option(0, help="seed of the train/test split")):
     """Fit the built-in examples and print test metrics."""
     for run in (_regression_demo, _classification_demo):
         title, data, method, metrics = run(seed)
-        table = Table(title=f"{title}: {data}", caption=method)
+        table = Table(title=f"{title}\n{data}", caption=method, min_width=64)
         table.add_column("metric")
         table.add_column("value", justify="right")
         for name, value in metrics.items():
