@@ -10,6 +10,11 @@ from .params import log_prior
 from .training import History, minimize, perturb
 
 
+def _objective(model, inference, X, y):
+    """Negative log marginal likelihood minus log prior (type-II ML / MAP)."""
+    return -(inference.log_marginal_likelihood(model, X, y) + log_prior(model))
+
+
 def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
         learning_rate: float = 0.05, tol: float = 1e-9, n_restarts: int = 0, key=None,
         callback=None, verbose: bool = False):
@@ -30,9 +35,6 @@ def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
         raise ValueError("n_restarts > 0 needs a jax.random key (key=jax.random.key(0))")
     Xa, ya = model._data(X, y)
 
-    def objective(m):
-        return -(inference.log_marginal_likelihood(m, Xa, ya) + log_prior(m))
-
     starts = [model]
     if n_restarts:
         starts += [perturb(model, k) for k in jax.random.split(key, n_restarts)]
@@ -40,7 +42,8 @@ def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
     finals = []
     for start in starts:
         try:
-            fitted, hist = minimize(objective, start, optimizer=optimizer, max_iter=max_iter,
+            fitted, hist = minimize(_objective, start, inference, Xa, ya, optimizer=optimizer,
+                                    max_iter=max_iter,
                                     learning_rate=learning_rate, tol=tol, callback=callback,
                                     verbose=verbose)
         except ValueError:

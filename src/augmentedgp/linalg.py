@@ -7,6 +7,7 @@ public entry points call :func:`check_cholesky` on concrete results and raise
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -44,25 +45,39 @@ def jitter_levels() -> tuple[float, ...]:
     return _JITTER_LEVELS
 
 
-def _keep(L, level, A, scale, next_level):
+def _keep(L, level, A, next_level):
     return L, level
 
 
-def _retry(L, level, A, scale, next_level):
+def _retry(L, level, A, next_level):
     eye = jnp.eye(A.shape[-1], dtype=A.dtype)
-    return jnp.linalg.cholesky(A + next_level * scale * eye), next_level
+    return jnp.linalg.cholesky(A + next_level * jnp.mean(jnp.diagonal(A)) * eye), next_level
+
+
+@functools.lru_cache(maxsize=8)
+def _escalation(levels):
+    """The failure branch for a tuple of jitter levels: one function object per tuple, so
+    JAX's trace cache is reused, and a call to set_jitter_levels takes effect."""
+
+    def escalate(L, A):
+        level = jnp.zeros((), A.dtype)
+        for next_level in levels:
+            L, level = lax.cond(jnp.all(jnp.isfinite(L)), _keep, _retry,
+                                L, level, A, jnp.asarray(next_level, A.dtype))
+        return L, level
+
+    return escalate
+
+
+def _factorised(L, A):
+    return L, jnp.zeros((), A.dtype)
 
 
 def _cholesky_jittered(A):
     """(L, level): the factor of A + level * mean(diag A) * I for the first level that works
-    (level 0 when A itself factorises). One factorisation when no jitter is needed."""
+    (level 0 when A itself factorises, at the cost of one factorisation and one check)."""
     L = jnp.linalg.cholesky(A)
-    scale = jnp.mean(jnp.diagonal(A))
-    level = jnp.zeros((), A.dtype)
-    for next_level in _JITTER_LEVELS:
-        L, level = lax.cond(jnp.all(jnp.isfinite(L)), _keep, _retry,
-                            L, level, A, scale, jnp.asarray(next_level, A.dtype))
-    return L, level
+    return lax.cond(jnp.all(jnp.isfinite(L)), _factorised, _escalation(_JITTER_LEVELS), L, A)
 
 
 def _with_jitter_tangent(dA, level):

@@ -10,6 +10,7 @@ the last finite state, with the reason in ``History.message``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def _relative_change(values, window):
 def minimize(
     loss: Callable,
     model,
-    *,
+    *args,
     optimizer: str | optax.GradientTransformation = "lbfgs",
     max_iter: int = 1000,
     learning_rate: float = 0.05,
@@ -61,9 +62,11 @@ def minimize(
     callback: Callable | None = None,
     verbose: bool = False,
 ):
-    """Minimise ``loss(model)`` over the model's trainable parameters.
+    """Minimise ``loss(model, *args)`` over the model's trainable parameters.
 
-    Returns ``(model, History)``. ``optimizer`` is ``"lbfgs"``, ``"adam"`` or any optax
+    ``loss`` should be a module-level function and ``args`` its data (arrays, inference
+    objects): compiled steps are then cached across calls and restarts. Returns
+    ``(model, History)``. ``optimizer`` is ``"lbfgs"``, ``"adam"`` or any optax
     GradientTransformation. ``callback(iteration, objective, model)`` runs between chunks
     (every L-BFGS iteration) and may return True to stop.
     """
@@ -71,35 +74,49 @@ def minimize(
         raise ValueError(f"max_iter must be >= 0, got {max_iter}")
     params, static = partition_trainable(model)
     if not jax.tree_util.tree_leaves(params) or max_iter == 0:
-        value = float(_value(loss, params, static))
+        value = float(_value(params, static, loss, args))
         return model, History(np.array([value]), np.zeros(1), True, "nothing to optimise")
     if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
-        return _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose)
+        return _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose)
     if isinstance(optimizer, str):
         if optimizer.lower() != "adam":
             raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax transformation, "
                              f"got {optimizer!r}")
-        optimizer = optax.adam(learning_rate)
-    return _minimize_optax(loss, params, static, optimizer, max_iter, tol, chunk_size, window,
-                           callback, verbose)
+        optimizer = _adam(learning_rate)
+    return _minimize_optax(loss, args, params, static, optimizer, max_iter, tol, chunk_size,
+                           window, callback, verbose)
+
+
+@functools.lru_cache(maxsize=32)
+def _adam(learning_rate):
+    return optax.adam(learning_rate)  # one object per rate, so compiled chunks are reused
 
 
 @eqx.filter_jit
-def _value(loss, params, static):
-    return loss(eqx.combine(params, static))
+def _value(params, static, loss, args):
+    return loss(eqx.combine(params, static), *args)
 
 
-def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window, callback,
-                    verbose):
+@eqx.filter_jit
+def _value_and_grad(params, static, loss, args):
+    return jax.value_and_grad(lambda p: loss(eqx.combine(p, static), *args))(params)
+
+
+@eqx.filter_jit
+def _run_chunk(carry, static, loss, args, opt, length):
     def step(carry, _):
         p, state = carry
-        value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static)))(p)
+        value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *args))(p)
         updates, state = opt.update(grad, state, p)
         return (optax.apply_updates(p, updates), state), value
 
-    @eqx.filter_jit
+    return lax.scan(step, carry, None, length=length)
+
+
+def _minimize_optax(loss, args, params, static, opt, max_iter, tol, chunk_size, window,
+                    callback, verbose):
     def run_chunk(carry, length):
-        return lax.scan(step, carry, None, length=length)
+        return _run_chunk(carry, static, loss, args, opt, length)
 
     carry = (params, opt.init(params))
     values, times, message, converged = [], [], "max_iter reached", False
@@ -140,18 +157,13 @@ def _minimize_optax(loss, params, static, opt, max_iter, tol, chunk_size, window
     return eqx.combine(carry[0], static), history
 
 
-def _minimize_lbfgs(loss, params, static, max_iter, tol, callback, verbose):
+def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose):
     flat0, unravel = ravel_pytree(params)
-
-    @jax.jit
-    def value_and_grad(x):
-        return jax.value_and_grad(lambda x: loss(eqx.combine(unravel(x), static)))(x)
-
     best = {"x": np.asarray(flat0), "f": np.inf}
 
     def fun(x):
-        f, g = value_and_grad(jnp.asarray(x))
-        f, g = float(f), np.asarray(g, dtype=float)
+        f, g = _value_and_grad(unravel(jnp.asarray(x)), static, loss, args)
+        f, g = float(f), np.asarray(ravel_pytree(g)[0], dtype=float)
         if not np.isfinite(f) or not np.all(np.isfinite(g)):
             return np.inf, np.zeros_like(g)  # line search backs off
         if f < best["f"]:
