@@ -27,8 +27,7 @@ def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
     """
     if not isinstance(model, GP):
         raise TypeError(f"fit supports augmentedgp.GP models, got {type(model).__name__}")
-    inference = inference or model.default_inference()
-    inference.check(model)
+    inference = model._inference(inference)
     if n_restarts < 0:
         raise ValueError(f"n_restarts must be >= 0, got {n_restarts}")
     if n_restarts and key is None:

@@ -8,6 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from . import linalg
+from .errors import NotPositiveDefiniteError
 from .inference import EP, Exact, Laplace
 from .kernels import Kernel
 from .likelihoods import Gaussian, Likelihood
@@ -45,6 +46,12 @@ class GP(eqx.Module):
     def default_inference(self):
         return Exact() if isinstance(self.likelihood, Gaussian) else Laplace()
 
+    def _inference(self, inference):
+        """The given inference method (or the default), checked against this model."""
+        inference = inference or self.default_inference()
+        inference.check(self)
+        return inference
+
     def _data(self, X, y):
         X = check_X(X)
         y = self.likelihood.check_targets(check_y(y, X.shape[0]))
@@ -52,23 +59,21 @@ class GP(eqx.Module):
 
     def log_marginal_likelihood(self, X, y, inference=None) -> float:
         """log p(y | X) at the current hyperparameters (approximate for Laplace/EP)."""
-        inference = inference or self.default_inference()
-        inference.check(self)
+        inference = self._inference(inference)
         X, y = self._data(X, y)
         value = _lml(self, X, y, inference)
         if not jnp.isfinite(value):
-            linalg.check_cholesky(jnp.full((1, 1), jnp.nan), "kernel matrix")
+            raise NotPositiveDefiniteError("kernel matrix")
         return float(value)
 
     def posterior(self, X, y, inference=None, history=None) -> SitePosterior:
         """Condition on data at the current hyperparameters (no optimisation)."""
-        inference = inference or self.default_inference()
-        inference.check(self)
+        inference = self._inference(inference)
         X, y = self._data(X, y)
         post = _posterior(self, X, y, inference)
         linalg.check_cholesky(post.L, "posterior system matrix I + S K S")
         if not bool(jnp.isfinite(post.lml)):
-            raise linalg.NotPositiveDefiniteError("kernel matrix")
+            raise NotPositiveDefiniteError("kernel matrix")
         return dataclasses.replace(post, history=history)
 
 
