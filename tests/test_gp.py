@@ -104,6 +104,7 @@ def test_posterior_samples_match_predictive_moments():
     np.testing.assert_array_equal(samples, again)
 
 
+@pytest.mark.slow
 def test_type2_ml_recovers_hyperparameters():
     rng = np.random.default_rng(3)
     n = 500 if FULL else 300
@@ -130,6 +131,7 @@ def test_adam_and_lbfgs_reach_the_same_optimum():
     assert b.history.objective[-1] <= b.history.objective[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["yacht", "concrete", "energy", "boston"])
 def test_fitted_lml_at_least_sklearn_on_shared_data(name):
     """Same start, same budget of 3 random restarts for both (the surfaces are multimodal)."""
