@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,3 +24,10 @@ def gauss_hermite(fn, mean, var, n: int = 32):
     x, w = _nodes(n)
     f = jnp.asarray(mean)[..., None] + jnp.sqrt(jnp.asarray(var))[..., None] * x
     return jnp.sum(fn(f) * w, axis=-1)
+
+
+def log_gauss_hermite(log_fn, mean, var, n: int = 100):
+    """log E[exp(log_fn(f))] for f ~ N(mean, var), computed with logsumexp (no underflow)."""
+    x, w = _nodes(n)
+    f = jnp.asarray(mean)[..., None] + jnp.sqrt(jnp.asarray(var))[..., None] * x
+    return jax.scipy.special.logsumexp(log_fn(f) + jnp.log(w), axis=-1)
