@@ -15,7 +15,7 @@ from jax import lax
 
 from . import linalg
 from .likelihoods import Gaussian, Probit
-from .posterior import site_factors, system_factor
+from .posterior import site_alpha, system_factor
 
 sg = lax.stop_gradient
 
@@ -143,10 +143,11 @@ class EP(eqx.Module):
 
     @staticmethod
     def _posterior(K, tau, nu):
-        s, L, _ = site_factors(K, tau, nu)
+        """Sigma = (K^-1 + S^2)^-1, mu = Sigma nu, and (s, L) of B = I + S K S."""
+        s, L = system_factor(K, tau)
         V = linalg.solve_lower(L, s[:, None] * K)
         Sigma = K - V.T @ V
-        return Sigma, Sigma @ nu, L
+        return Sigma, Sigma @ nu, s, L
 
     def fit_sites(self, model, X, y):
         """Converged site parameters (tau, nu) (stop-gradient) and the number of sweeps."""
@@ -168,7 +169,7 @@ class EP(eqx.Module):
 
         def sweep(state):
             tau, nu, _, it = state
-            Sigma, mu, _ = self._posterior(K, tau, nu)
+            Sigma, mu, _, _ = self._posterior(K, tau, nu)
             tau_new, nu_new, _, _ = lax.fori_loop(0, n, site_update, (tau, nu, Sigma, mu))
             delta = jnp.maximum(jnp.max(jnp.abs(tau_new - tau)), jnp.max(jnp.abs(nu_new - nu)))
             return tau_new, nu_new, delta, it + 1
@@ -181,7 +182,7 @@ class EP(eqx.Module):
     def approximate(self, model, X, y):
         K, m = model.kernel(X), model.mean(X)
         tau, nu, _ = self.fit_sites(model, X, y)
-        Sigma, mu, L = self._posterior(sg(K), tau, nu)
+        Sigma, mu, s, L = self._posterior(sg(K), tau, nu)
         # cavities from the final posterior, then log Z_EP (R&W eq. 3.65, rewritten in natural
         # parameters with (K + S^-1)^-1 = S - S Sigma S so that no 1/tau_site appears)
         d = jnp.diagonal(Sigma)
@@ -196,7 +197,7 @@ class EP(eqx.Module):
             + jnp.sum((nu_c**2 * tau / tau_c - 2.0 * nu_c * nu - nu**2) / (2.0 * (tau_c + tau)))
         )
         # exact gradient at the fixed point: d/dK = (alpha alpha^T - S B^-1 S)/2, d/dm = alpha
-        s, L, alpha = site_factors(sg(K), tau, nu)
+        alpha = site_alpha(s, L, nu)
         R = s[:, None] * linalg.cho_solve(L, jnp.diag(s))
         G = 0.5 * (jnp.outer(alpha, alpha) - R)
         return tau, nu, sg(value) + jnp.sum(G * (K - sg(K))) + alpha @ (m - sg(m))

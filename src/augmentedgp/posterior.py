@@ -26,13 +26,16 @@ def system_factor(K, tau):
     return s, linalg.cholesky(B)
 
 
+def site_alpha(s, L, nu):
+    """alpha = (K + S^-2)^{-1} nu / tau = S B^{-1} (nu / s): no cancellation for tiny noise,
+    unlike nu - S B^{-1} S K nu (R&W Alg. 3.6 line 4). Sites with tau = 0 have nu = 0."""
+    return s * linalg.cho_solve(L, jnp.where(s > 0, nu / jnp.where(s > 0, s, 1.0), 0.0))
+
+
 def site_factors(K, tau, nu):
     """(sqrt_tau, L, alpha) for the site posterior; see the module docstring."""
     s, L = system_factor(K, tau)
-    # alpha = (K + S^-2)^{-1} nu / tau = S B^{-1} (nu / s): no cancellation for tiny noise,
-    # unlike nu - S B^{-1} S K nu (R&W Alg. 3.6 line 4). Sites with tau = 0 have nu = 0.
-    alpha = s * linalg.cho_solve(L, jnp.where(s > 0, nu / jnp.where(s > 0, s, 1.0), 0.0))
-    return s, L, alpha
+    return s, L, site_alpha(s, L, nu)
 
 
 class SitePosterior(eqx.Module):
