@@ -11,18 +11,23 @@ from . import (
     linalg,
     means,
     params,
+    schedules,
+    variational,
 )
 from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from .fit import fit
-from .inference import EP, Exact, Laplace
+from .inference import EP, Exact, Laplace, QuadratureSVI, QuadratureVI
 from .models import GP
 from .posterior import SitePosterior
+from .sparse import SGPR, SVGP, VGP, SparsePosterior
 from .training import History
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "GP", "fit", "Exact", "Laplace", "EP", "SitePosterior", "History",
-    "kernels", "likelihoods", "means", "inference", "linalg", "params",
+    "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
+    "QuadratureSVI", "SitePosterior", "SparsePosterior", "History",
+    "kernels", "likelihoods", "means", "inference", "linalg", "params", "schedules",
+    "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -1,13 +1,27 @@
-"""``fit``: optimise a model's hyperparameters and return the fitted posterior."""
+"""``fit``: optimise a model and return the fitted posterior.
+
+- ``GP``: type-II maximum likelihood (MAP with priors) of the exact, Laplace or EP
+  marginal likelihood, then conditioning;
+- ``SGPR``: the same on the collapsed bound (or the DTC / FITC likelihood);
+- ``SVGP`` / ``VGP``: variational inference, one jitted step per iteration: an optimizer
+  step on the hyperparameters and inducing inputs, then a natural-gradient step on q(u)
+  (``natgrad.natural_step``), on the full batch or on minibatches.
+"""
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
+from .inference import QuadratureSVI, QuadratureVI
 from .models import GP
-from .params import log_prior
-from .training import History, minimize, perturb
+from .natgrad import natural_step
+from .params import log_prior, partition_trainable
+from .sparse import SGPR, SVGP, VGP, SparsePosterior
+from .training import minimize, optax_optimizer, perturb, run_steps
 
 
 def _objective(model, inference, X, y):
@@ -15,19 +29,57 @@ def _objective(model, inference, X, y):
     return -(inference.log_marginal_likelihood(model, X, y) + log_prior(model))
 
 
-def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
-        learning_rate: float = 0.05, tol: float = 1e-9, n_restarts: int = 0, key=None,
-        callback=None, verbose: bool = False):
-    """Type-II maximum likelihood (MAP when parameters carry priors), then condition.
+def _sgpr_objective(model, X, y):
+    """Negative collapsed bound (or DTC / FITC log likelihood) minus log prior."""
+    return -(model._objective(X, y) + log_prior(model))
 
-    ``inference`` defaults to ``Exact()`` for a Gaussian likelihood and ``Laplace()``
-    otherwise. ``n_restarts`` extra runs start from :func:`~augmentedgp.training.perturb`
-    draws (needs ``key``); the run with the best objective is kept and the final objectives
-    of all runs are in ``history.restarts``. Returns a fitted posterior with ``history``.
+
+def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
+        learning_rate: float | None = None, tol: float | None = None, n_restarts: int = 0,
+        key=None, callback=None, verbose: bool = False, validation_data=None,
+        patience: int = 5, chunk_size: int = 50, window: int = 20):
+    """Fit ``model`` to (X, y) and return its posterior (with ``history``).
+
+    GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
+    otherwise, ``learning_rate`` 0.05); ``inference`` for GP is ``Exact()`` for a Gaussian
+    likelihood and ``Laplace()`` otherwise; ``n_restarts`` extra runs start from
+    :func:`~augmentedgp.training.perturb` draws (needs ``key``), the best is kept.
+
+    SVGP and VGP: ``inference`` is ``QuadratureVI()`` (full batch, default) or
+    ``QuadratureSVI(batch_size)``; Adam (``learning_rate`` 0.01) on the hyperparameters
+    and inducing inputs alternates with natural-gradient steps on q(u). ``key`` seeds the
+    minibatches. Training stops after ``max_iter`` iterations, when the mean objective of
+    the last ``window`` iterations changes by less than ``tol`` (relative) against the
+    ``window`` before, or -- with ``validation_data=(X_val, y_val)`` -- when the held-out
+    negative log predictive density has not improved for ``patience`` chunks of
+    ``chunk_size`` iterations (the best state is returned).
     """
-    if not isinstance(model, GP):
-        raise TypeError(f"fit supports augmentedgp.GP models, got {type(model).__name__}")
-    inference = model._inference(inference)
+    if isinstance(model, GP | SGPR):
+        if validation_data is not None:
+            raise ValueError("validation_data is for the iterative SVGP / VGP fits")
+        return _fit_marginal(model, X, y, inference, optimizer or "lbfgs", max_iter,
+                             learning_rate or 0.05, 1e-9 if tol is None else tol, n_restarts,
+                             key, callback, verbose)
+    if isinstance(model, SVGP):
+        if n_restarts:
+            raise ValueError("n_restarts is for GP and SGPR; for SVGP restart from "
+                             "augmentedgp.training.perturb(model, key) yourself")
+        return _fit_variational(model, X, y, inference, optimizer or "adam", max_iter,
+                                learning_rate or 0.01, 1e-6 if tol is None else tol, key,
+                                callback, verbose, validation_data, patience, chunk_size, window)
+    raise TypeError(f"fit supports GP, SGPR, SVGP and VGP models, got {type(model).__name__}")
+
+
+def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, tol, n_restarts,
+                  key, callback, verbose):
+    if isinstance(model, GP):
+        inference = model._inference(inference)
+        objective, extra = _objective, (inference,)
+    else:
+        if inference is not None:
+            raise ValueError("SGPR takes no inference argument (choose method='vfe', 'dtc' "
+                             "or 'fitc' when building it)")
+        objective, extra = _sgpr_objective, ()
     if n_restarts < 0:
         raise ValueError(f"n_restarts must be >= 0, got {n_restarts}")
     if n_restarts and key is None:
@@ -41,10 +93,9 @@ def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
     finals = []
     for start in starts:
         try:
-            fitted, hist = minimize(_objective, start, inference, Xa, ya, optimizer=optimizer,
-                                    max_iter=max_iter,
-                                    learning_rate=learning_rate, tol=tol, callback=callback,
-                                    verbose=verbose)
+            fitted, hist = minimize(objective, start, *extra, Xa, ya, optimizer=optimizer,
+                                    max_iter=max_iter, learning_rate=learning_rate, tol=tol,
+                                    callback=callback, verbose=verbose)
         except ValueError:
             if start is model:
                 raise
@@ -54,7 +105,99 @@ def fit(model, X, y, inference=None, *, optimizer="lbfgs", max_iter: int = 1000,
         if best_hist is None or finals[-1] < best_hist.objective[-1]:
             best, best_hist = fitted, hist
     best_hist.restarts = finals
-    return best.posterior(X, y, inference, history=best_hist)
+    if isinstance(model, GP):
+        return best.posterior(X, y, inference, history=best_hist)
+    return SparsePosterior(best.to_svgp(Xa, ya), Xa, ya, best_hist)
 
 
-__all__ = ["fit", "History"]
+# --- variational inference ---------------------------------------------------------------
+
+
+def _vi_loss(model, X, y, scale, inference):
+    return -(model._elbo(X, y, scale, inference.n_points) + log_prior(model))
+
+
+def _with_q(hyp, q):
+    return eqx.tree_at(lambda m: m.q, hyp, q, is_leaf=lambda x: x is None)
+
+
+def _batch(X, y, t, key, perm, batch_size):
+    """The t-th minibatch of shuffled epochs (a new permutation at each epoch start)."""
+    n = X.shape[0]
+    if batch_size is None or batch_size >= n:
+        return X, y, key, perm, 1.0
+    n_batches = n // batch_size
+    b = t % n_batches
+    key, sub = jax.random.split(key)
+    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: perm)
+    idx = lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
+    return X[idx], y[idx], key, perm, n / batch_size
+
+
+def _vi_step(carry, args):
+    """One iteration: an optimizer step on the hyperparameters (and on q(u) unless
+    natural), then a natural-gradient step on q(u) with the updated hyperparameters."""
+    (hyp, q, opt_state, t, key, perm), (static, inference, opt, X, y) = carry, args
+    Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
+    model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
+    if inference.natural:
+        value, grad = jax.value_and_grad(
+            lambda h: _vi_loss(model_of(h, q), Xb, yb, scale, inference))(hyp)
+        updates, opt_state = opt.update(grad, opt_state, hyp)
+        hyp = eqx.apply_updates(hyp, updates)
+        model = model_of(hyp, q)
+        p = model.project(Xb)
+        beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean)
+        rho = inference.step_size(t)
+        new_q, rho = natural_step(model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma,
+                                  scale, rho)
+        q = partition_trainable(new_q)[0]
+    else:
+        params = (hyp, q)
+        value, grad = jax.value_and_grad(
+            lambda hq: _vi_loss(model_of(*hq), Xb, yb, scale, inference))(params)
+        updates, opt_state = opt.update(grad, opt_state, params)
+        hyp, q = eqx.apply_updates(params, updates)
+        rho = jnp.nan
+    return (hyp, q, opt_state, t + 1, key, perm), (value, rho)
+
+
+@eqx.filter_jit
+def _heldout_nlpd(model, X, y):
+    p = model.project(X)
+    return -jnp.mean(model.likelihood.predictive_log_prob(y, p.mean, p.var))
+
+
+def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate, tol, key,
+                     callback, verbose, validation_data, patience, chunk_size, window):
+    if isinstance(model, VGP):
+        model = model.bind(X)
+    inference = inference if inference is not None else QuadratureVI()
+    if not isinstance(inference, QuadratureVI):
+        raise ValueError(f"SVGP / VGP need QuadratureVI or QuadratureSVI, got {inference!r}")
+    inference.check(model)
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    Xa, ya = model._data(X, y)
+    if isinstance(inference, QuadratureSVI) and inference.batch_size > Xa.shape[0]:
+        raise ValueError(f"batch_size {inference.batch_size} exceeds the {Xa.shape[0]} data "
+                         "points; use QuadratureVI for full batches")
+    monitor = None
+    if validation_data is not None:
+        Xv, yv = model._data(*validation_data, name="Xnew")
+        monitor = lambda m: _heldout_nlpd(m, Xv, yv)
+    key = jax.random.key(0) if key is None else key
+    params, static = partition_trainable(model)
+    hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
+    opt = optax_optimizer(optimizer, learning_rate)
+    opt_state = opt.init(hyp if inference.natural else (hyp, q))
+    carry = (hyp, q, opt_state, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
+    to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
+    carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya), to_model,
+                            max_iter=max_iter, tol=tol, chunk_size=chunk_size, window=window,
+                            callback=callback, verbose=verbose, monitor=monitor,
+                            patience=patience)
+    return SparsePosterior(to_model(carry), Xa, ya, hist)
+
+
+__all__ = ["fit"]

@@ -15,7 +15,9 @@ from jax import lax
 
 from . import linalg
 from .likelihoods import Gaussian, Probit
+from .natgrad import quadrature_sites
 from .posterior import site_alpha, system_factor
+from .schedules import Schedule, as_schedule
 
 sg = lax.stop_gradient
 
@@ -204,3 +206,56 @@ class EP(eqx.Module):
 
     def log_marginal_likelihood(self, model, X, y):
         return self.approximate(model, X, y)[2]
+
+
+class QuadratureVI(eqx.Module):
+    """Variational inference for SVGP and VGP on the full batch, with one-dimensional
+    Gauss-Hermite expectations of log p(y|f) (``n_points`` nodes).
+
+    With ``natural=True`` (default) each iteration takes an Adam step on the
+    hyperparameters and inducing inputs, then a natural-gradient step of size
+    ``step_size`` (a float in (0, 1] or a schedule) on q(u) (seed 001 section 3.1.1);
+    with ``natural=False`` the optimizer moves q(u) too ("Adam optimisation").
+    """
+
+    step_size: Schedule
+    natural: bool = eqx.field(static=True, default=True)
+    n_points: int = eqx.field(static=True, default=20)
+    batch_size: int | None = eqx.field(static=True, default=None)
+
+    def __init__(self, step_size=1.0, *, natural: bool = True, n_points: int = 20):
+        self.step_size, self.natural, self.n_points = as_schedule(step_size), natural, n_points
+        self.batch_size = None
+        if n_points < 1:
+            raise ValueError(f"n_points must be >= 1, got {n_points}")
+
+    def check(self, model):
+        from .sparse import SVGP
+
+        if not isinstance(model, SVGP):
+            raise ValueError(f"{type(self).__name__} is for SVGP and VGP models, got "
+                             f"{type(model).__name__}")
+
+    def sites(self, likelihood, y, mean, var, prior_mean):
+        """Gaussian sites (beta, gamma) of the data at the current marginals of q(f)."""
+        return quadrature_sites(likelihood, y, mean, var, prior_mean, self.n_points)
+
+
+class QuadratureSVI(QuadratureVI):
+    """Stochastic QuadratureVI on minibatches of ``batch_size`` points (epochs of shuffled
+    batches), the data term scaled by n / |B| (Hensman et al. 2013). The natural-gradient
+    step size defaults to 0.1; pass a schedule (``RobbinsMonro``, ``Warmup``) to decay it."""
+
+    def __init__(self, batch_size: int, step_size=0.1, *, natural: bool = True,
+                 n_points: int = 20):
+        super().__init__(step_size, natural=natural, n_points=n_points)
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+
+    def check(self, model):
+        from .sparse import VGP
+
+        super().check(model)
+        if isinstance(model, VGP):
+            raise ValueError("VGP is full batch: use QuadratureVI, or SVGP for minibatches")

@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import log_ndtr, ndtr
+from jax.scipy.special import erf, gammaln, log_ndtr, ndtr
 
 from .params import Parameter, positive
 from .quadrature import gauss_hermite, log_gauss_hermite
@@ -49,6 +49,27 @@ class Likelihood(eqx.Module):
         space: ~1e-12 relative for a likelihood as narrow as a third of the latent sd)."""
         return log_gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var)
 
+    def variational_expectations(self, y, mean, var, n: int = 20):
+        """E_{N(f | mean, var)}[log p(y | f)], elementwise: the data term of the ELBO
+        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes unless a closed form exists."""
+        return gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var, n)
+
+    def conditional_mean(self, f):
+        """E[y | f]."""
+        raise NotImplementedError(f"{type(self).__name__} has no conditional mean")
+
+    def conditional_variance(self, f):
+        """Var[y | f]."""
+        raise NotImplementedError(f"{type(self).__name__} has no conditional variance")
+
+    def predict_y(self, mean, var, n: int = 32):
+        """Mean and variance of y when f ~ N(mean, var) (law of total variance,
+        Gauss-Hermite)."""
+        ey = gauss_hermite(self.conditional_mean, mean, var, n)
+        ey2 = gauss_hermite(lambda f: self.conditional_variance(f) + self.conditional_mean(f) ** 2,
+                            mean, var, n)
+        return ey, jnp.maximum(ey2 - ey**2, 0.0)
+
 
 class Gaussian(Likelihood):
     """y = f + e, e ~ N(0, variance)."""
@@ -76,6 +97,10 @@ class Gaussian(Likelihood):
         v = var + self.variance.value
         return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v)
 
+    def variational_expectations(self, y, mean, var, n: int = 20):
+        s2 = self.variance.value  # closed form (seed 001 A.4)
+        return -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2)
+
 
 class Bernoulli(Likelihood):
     """Binary y in {-1, +1} (users may pass {0, 1}); p(y | f) = sigmoid(y f)."""
@@ -90,6 +115,13 @@ class Bernoulli(Likelihood):
     def predict_y(self, mean, var):
         p = self.predict_proba(mean, var)
         return p, p * (1.0 - p)
+
+    def conditional_mean(self, f):
+        return jnp.exp(self.log_prob(jnp.ones_like(f), f))  # p(y = +1 | f)
+
+    def conditional_variance(self, f):
+        p = self.conditional_mean(f)
+        return p * (1.0 - p)
 
     def predictive_log_prob(self, y, mean, var):
         p = self.predict_proba(mean, var)
@@ -147,3 +179,287 @@ class Probit(Bernoulli):
 
     def predict_proba(self, mean, var):
         return ndtr(mean / jnp.sqrt(1.0 + var))  # int Phi(f) N(f|m,v) df = Phi(m / sqrt(1+v))
+
+
+# --- non-Gaussian likelihoods for quadrature variational inference ----------------------
+
+
+def _finite_targets(y, name: str = "y") -> np.ndarray:
+    """A finite float array."""
+    try:
+        arr = np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def _count_targets(y, name: str = "y") -> np.ndarray:
+    """Non-negative integer counts, as floats."""
+    arr = _finite_targets(y, name)
+    if np.any(arr < 0):
+        raise ValueError(f"{name} must hold non-negative counts, got minimum {arr.min()}")
+    if np.any(arr != np.round(arr)):
+        bad = arr[arr != np.round(arr)]
+        raise ValueError(f"{name} must hold integer counts, got non-integer values {bad[:6]}")
+    return arr
+
+
+class Poisson(Likelihood):
+    """y ~ Poisson(binsize * exp(f)), y = 0, 1, 2, ..."""
+
+    binsize: float = eqx.field(static=True)
+
+    def __init__(self, binsize=1.0):
+        if not (np.isfinite(binsize) and binsize > 0):
+            raise ValueError(f"binsize must be finite and > 0, got {binsize!r}")
+        self.binsize = float(binsize)
+
+    def check_targets(self, y):
+        return _count_targets(y)
+
+    def log_prob(self, y, f):
+        # y log(b e^f) - b e^f - log y!
+        return y * (f + math.log(self.binsize)) - self.binsize * jnp.exp(f) - gammaln(y + 1.0)
+
+    def grad_log_prob(self, y, f):
+        return y - self.binsize * jnp.exp(f)
+
+    def hess_log_prob(self, y, f):
+        return jnp.broadcast_to(-self.binsize * jnp.exp(f),
+                                jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
+
+    def variational_expectations(self, y, mean, var, n: int = 20):
+        # E[e^f] = exp(m + v/2) (lognormal mean)
+        return (y * (mean + math.log(self.binsize)) - self.binsize * jnp.exp(mean + 0.5 * var)
+                - gammaln(y + 1.0))
+
+    def conditional_mean(self, f):
+        return self.binsize * jnp.exp(f)
+
+    def conditional_variance(self, f):
+        return self.binsize * jnp.exp(f)
+
+    def predict_y(self, mean, var, n: int = 32):
+        # E[y] = b e^{m + v/2}; Var[y] = E[y] + b^2 (e^v - 1) e^{2m + v}
+        ey = self.binsize * jnp.exp(mean + 0.5 * var)
+        return ey, ey + ey**2 * jnp.expm1(var)
+
+
+class StudentT(Likelihood):
+    """y = f + scale * t_df (Student-t noise; heavy tails, robust regression)."""
+
+    df: Parameter
+    scale: Parameter
+
+    def __init__(self, df=3.0, scale=1.0):
+        self.df = positive(df, "Student-t degrees of freedom")
+        self.scale = positive(scale, "Student-t scale")
+
+    def check_targets(self, y):
+        return _finite_targets(y)
+
+    def log_prob(self, y, f):
+        nu, s = self.df.value, self.scale.value
+        # log G((nu+1)/2) - log G(nu/2) - log(s sqrt(nu pi)) - (nu+1)/2 log(1 + r^2/(nu s^2))
+        return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
+                - jnp.log(s) - 0.5 * (nu + 1.0) * jnp.log1p(((y - f) / s) ** 2 / nu))
+
+    def grad_log_prob(self, y, f):
+        nu, s2, r = self.df.value, self.scale.value**2, y - f
+        return (nu + 1.0) * r / (nu * s2 + r**2)
+
+    def hess_log_prob(self, y, f):
+        nu, s2, r = self.df.value, self.scale.value**2, y - f
+        return (nu + 1.0) * (r**2 - nu * s2) / (nu * s2 + r**2) ** 2  # > 0 for |r| > s sqrt(nu)
+
+    def variational_expectations(self, y, mean, var, n: int = 100):
+        # log(1 + r^2/(nu s^2)) is singular at r = +-i s sqrt(nu): Gauss-Hermite needs many
+        # nodes once sqrt(var) ~ s sqrt(nu) (20 nodes: ~1e-4 there, 100 nodes: ~1e-9)
+        return super().variational_expectations(y, mean, var, n)
+
+    def conditional_mean(self, f):
+        return f
+
+    def conditional_variance(self, f):
+        nu = self.df.value
+        # s^2 nu / (nu - 2) for nu > 2, infinite otherwise
+        v = self.scale.value**2 * nu / jnp.where(nu > 2.0, nu - 2.0, 1.0)
+        return jnp.broadcast_to(jnp.where(nu > 2.0, v, jnp.inf), jnp.shape(f))
+
+    def predict_y(self, mean, var, n: int = 32):
+        return mean, var + self.conditional_variance(mean)
+
+
+class Laplace(Likelihood):
+    """p(y | f) = exp(-|y - f| / scale) / (2 scale)."""
+
+    scale: Parameter
+
+    def __init__(self, scale=1.0):
+        self.scale = positive(scale, "Laplace scale")
+
+    def check_targets(self, y):
+        return _finite_targets(y)
+
+    def log_prob(self, y, f):
+        b = self.scale.value
+        return -jnp.abs(y - f) / b - jnp.log(2.0 * b)
+
+    def grad_log_prob(self, y, f):
+        return jnp.sign(y - f) / self.scale.value
+
+    def hess_log_prob(self, y, f):
+        # zero away from the kink at f = y (log-concave, but not strictly)
+        return jnp.zeros(jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
+
+    def variational_expectations(self, y, mean, var, n: int = 20):
+        b = self.scale.value
+        d = y - mean
+        pos = var > 0.0
+        s = jnp.sqrt(jnp.where(pos, var, 1.0))  # double-where: finite gradients at var = 0
+        z = d / s
+        # E|y - f| = s [2 phi(z) + z (2 Phi(z) - 1)], z = (y - m)/s; -> |y - m| as v -> 0
+        e_abs = 2.0 * s * jnp.exp(-0.5 * z**2 - 0.5 * _LOG_2PI) + d * erf(z / math.sqrt(2.0))
+        return -jnp.where(pos, e_abs, jnp.abs(d)) / b - jnp.log(2.0 * b)
+
+    def predictive_log_prob(self, y, mean, var):
+        b = self.scale.value
+        d = y - mean
+        pos = var > 0.0
+        v = jnp.where(pos, var, 1.0)
+        s = jnp.sqrt(v)
+        # u = y - f ~ N(d, v): E[e^{-|u|/b}] = e^{v/(2b^2)} [e^{-d/b} Phi(d/s - s/b)
+        #                                                  + e^{d/b} Phi(-d/s - s/b)]
+        log_e = 0.5 * v / b**2 + jnp.logaddexp(-d / b + log_ndtr(d / s - s / b),
+                                               d / b + log_ndtr(-d / s - s / b))
+        return jnp.where(pos, log_e, -jnp.abs(d) / b) - jnp.log(2.0 * b)
+
+    def conditional_mean(self, f):
+        return f
+
+    def conditional_variance(self, f):
+        return jnp.broadcast_to(2.0 * self.scale.value**2, jnp.shape(f))
+
+    def predict_y(self, mean, var, n: int = 32):
+        return mean, var + 2.0 * self.scale.value**2
+
+
+class NegativeBinomial(Likelihood):
+    """Counts with p(y | f) = Gamma(y + r) / (Gamma(r) y!) sigmoid(f)^y sigmoid(-f)^r:
+    mean r e^f, variance r e^f (1 + e^f) (overdispersed Poisson; Poisson as r -> inf)."""
+
+    r: Parameter
+
+    def __init__(self, r=1.0):
+        self.r = positive(r, "negative-binomial dispersion r")
+
+    def check_targets(self, y):
+        return _count_targets(y)
+
+    def log_prob(self, y, f):
+        r = self.r.value
+        return (gammaln(y + r) - gammaln(r) - gammaln(y + 1.0)
+                + y * jax.nn.log_sigmoid(f) + r * jax.nn.log_sigmoid(-f))
+
+    def grad_log_prob(self, y, f):
+        return y * jax.nn.sigmoid(-f) - self.r.value * jax.nn.sigmoid(f)
+
+    def hess_log_prob(self, y, f):
+        return -(y + self.r.value) * jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
+
+    def variational_expectations(self, y, mean, var, n: int = 64):
+        # 20 nodes leave ~1e-7 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-10 at var = 4
+        return super().variational_expectations(y, mean, var, n)
+
+    def conditional_mean(self, f):
+        return self.r.value * jnp.exp(f)
+
+    def conditional_variance(self, f):
+        return self.r.value * jnp.exp(f) * (1.0 + jnp.exp(f))  # mu + mu^2 / r
+
+    def predict_y(self, mean, var, n: int = 32):
+        # E[y] = r e^{m + v/2}; Var[y] = E[y] + r (r + 1) e^{2m + 2v} - E[y]^2
+        r = self.r.value
+        ey = r * jnp.exp(mean + 0.5 * var)
+        return ey, ey + ey**2 * (jnp.exp(var) * (1.0 + 1.0 / r) - 1.0)
+
+
+class Gamma(Likelihood):
+    """y ~ Gamma(shape, rate = shape e^{-f}): positive y with mean e^f, variance e^{2f}/shape."""
+
+    shape: Parameter
+
+    def __init__(self, shape=1.0):
+        self.shape = positive(shape, "gamma shape")
+
+    def check_targets(self, y):
+        arr = _finite_targets(y)
+        if np.any(arr <= 0):
+            raise ValueError(f"y must be strictly positive for a Gamma likelihood, "
+                             f"got minimum {arr.min()}")
+        return arr
+
+    def log_prob(self, y, f):
+        k = self.shape.value
+        # k log(k e^{-f}) - log Gamma(k) + (k - 1) log y - k e^{-f} y
+        return (k * (jnp.log(k) - f) - gammaln(k) + (k - 1.0) * jnp.log(y)
+                - k * y * jnp.exp(-f))
+
+    def grad_log_prob(self, y, f):
+        k = self.shape.value
+        return k * (y * jnp.exp(-f) - 1.0)
+
+    def hess_log_prob(self, y, f):
+        return -self.shape.value * y * jnp.exp(-f)
+
+    def variational_expectations(self, y, mean, var, n: int = 20):
+        k = self.shape.value
+        # E[e^{-f}] = exp(-m + v/2)
+        return (k * (jnp.log(k) - mean) - gammaln(k) + (k - 1.0) * jnp.log(y)
+                - k * y * jnp.exp(-mean + 0.5 * var))
+
+    def conditional_mean(self, f):
+        return jnp.exp(f)
+
+    def conditional_variance(self, f):
+        return jnp.exp(2.0 * f) / self.shape.value
+
+    def predict_y(self, mean, var, n: int = 32):
+        # E[y] = e^{m + v/2}; E[y^2] = (1 + 1/k) e^{2m + 2v}
+        ey = jnp.exp(mean + 0.5 * var)
+        return ey, ey**2 * (jnp.exp(var) * (1.0 + 1.0 / self.shape.value) - 1.0)
+
+
+class Beta(Likelihood):
+    """y ~ Beta(mu precision, (1 - mu) precision), mu = sigmoid(f): y in (0, 1) with mean mu,
+    variance mu (1 - mu) / (1 + precision)."""
+
+    precision: Parameter
+
+    def __init__(self, precision=10.0):
+        self.precision = positive(precision, "beta precision")
+
+    def check_targets(self, y):
+        arr = _finite_targets(y)
+        if np.any((arr <= 0) | (arr >= 1)):
+            raise ValueError(f"y must lie strictly inside (0, 1) for a Beta likelihood, "
+                             f"got values in [{arr.min()}, {arr.max()}]")
+        return arr
+
+    def log_prob(self, y, f):
+        phi = self.precision.value
+        a, b = phi * jax.nn.sigmoid(f), phi * jax.nn.sigmoid(-f)  # 1 - sigmoid(f) = sigmoid(-f)
+        return (gammaln(phi) - gammaln(a) - gammaln(b) + (a - 1.0) * jnp.log(y)
+                + (b - 1.0) * jnp.log1p(-y))
+
+    def variational_expectations(self, y, mean, var, n: int = 64):
+        # 20 nodes leave ~1e-6 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-9 at var = 4
+        return super().variational_expectations(y, mean, var, n)
+
+    def conditional_mean(self, f):
+        return jax.nn.sigmoid(f)
+
+    def conditional_variance(self, f):
+        return jax.nn.sigmoid(f) * jax.nn.sigmoid(-f) / (1.0 + self.precision.value)

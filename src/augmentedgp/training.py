@@ -29,13 +29,16 @@ from .params import Identity, _is_param, partition_trainable
 
 @dataclasses.dataclass(eq=False)
 class History:
-    """Objective per iteration, cumulative wall time (s) and how the run ended."""
+    """Per iteration: objective, cumulative wall time (s) and natural-gradient step size
+    (NaN where none); per chunk: the held-out metric if one was monitored; how it ended."""
 
     objective: np.ndarray
     wall_time: np.ndarray
     converged: bool = False
     message: str = ""
     restarts: list = dataclasses.field(default_factory=list)
+    step_size: np.ndarray | None = None
+    validation: np.ndarray | None = None
 
     @property
     def n_iter(self) -> int:
@@ -78,13 +81,24 @@ def minimize(
         return model, History(np.array([value]), np.zeros(1), True, "nothing to optimise")
     if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
         return _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose)
+    opt = optax_optimizer(optimizer, learning_rate)
+    carry, hist = run_steps(_optax_step, (params, opt.init(params)), (static, loss, args, opt),
+                            lambda c: eqx.combine(c[0], static), max_iter=max_iter, tol=tol,
+                            chunk_size=chunk_size, window=window, callback=callback,
+                            verbose=verbose)
+    return eqx.combine(carry[0], static), hist
+
+
+def optax_optimizer(optimizer, learning_rate):
+    """"adam" (at ``learning_rate``) or an optax GradientTransformation."""
     if isinstance(optimizer, str):
         if optimizer.lower() != "adam":
             raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax transformation, "
                              f"got {optimizer!r}")
-        optimizer = _adam(learning_rate)
-    return _minimize_optax(loss, args, params, static, optimizer, max_iter, tol, chunk_size,
-                           window, callback, verbose)
+        return _adam(learning_rate)
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(f"optimizer must be 'adam' or an optax transformation, got {optimizer!r}")
+    return optimizer
 
 
 @functools.lru_cache(maxsize=32)
@@ -102,28 +116,38 @@ def _value_and_grad(params, static, loss, args):
     return jax.value_and_grad(lambda p: loss(eqx.combine(p, static), *args))(params)
 
 
+def _optax_step(carry, args):
+    (p, state), (static, loss, loss_args, opt) = carry, args
+    value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *loss_args))(p)
+    updates, state = opt.update(grad, state, p)
+    return (optax.apply_updates(p, updates), state), (value, jnp.nan)
+
+
 @eqx.filter_jit
-def _run_chunk(carry, static, loss, args, opt, length):
-    def step(carry, _):
-        p, state = carry
-        value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *args))(p)
-        updates, state = opt.update(grad, state, p)
-        return (optax.apply_updates(p, updates), state), value
-
-    return lax.scan(step, carry, None, length=length)
+def _run_chunk(step, carry, args, length):
+    return lax.scan(lambda c, _: step(c, args), carry, None, length=length)
 
 
-def _minimize_optax(loss, args, params, static, opt, max_iter, tol, chunk_size, window,
-                    callback, verbose):
-    def run_chunk(carry, length):
-        return _run_chunk(carry, static, loss, args, opt, length)
-
-    carry = (params, opt.init(params))
-    values, times, message, converged = [], [], "max_iter reached", False
+def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int, tol: float,
+              chunk_size: int = 50, window: int = 20, callback: Callable | None = None,
+              verbose: bool = False, monitor: Callable | None = None, patience: int = 5):
+    """The training loop. ``step(carry, args) -> (carry, (objective, step_size))`` is a
+    module-level function, run jitted in ``lax.scan`` chunks of ``chunk_size``; between
+    chunks: history, non-finite rollback (the last finite state is kept), progress,
+    ``callback(iteration, objective, model)`` (True stops) and convergence, which is the
+    relative change of the mean objective over two ``window``s below ``tol`` or, with
+    ``monitor(model) -> float`` (lower is better, e.g. a held-out NLPD), no improvement of
+    the monitored value for ``patience`` chunks (the best monitored state is returned).
+    Returns ``(carry, History)``.
+    """
+    values, sizes, times, monitored = [], [], [], []
+    message, converged = "max_iter reached", False
+    best = (np.inf, carry, 0)
     start = time.perf_counter()
+    progress = _progress(verbose, max_iter)
     while len(values) < max_iter:
         length = min(chunk_size, max_iter - len(values))
-        new_carry, chunk = run_chunk(carry, length)
+        new_carry, (chunk, rho) = _run_chunk(step, carry, args, length)
         chunk = np.asarray(chunk)
         bad = ~np.isfinite(chunk)
         if bad.any():  # keep the last finite state, never return NaN parameters
@@ -137,24 +161,54 @@ def _minimize_optax(loss, args, params, static, opt, max_iter, tol, chunk_size, 
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
             if k > 1:
-                carry, _ = run_chunk(carry, k - 1)
+                carry, _ = _run_chunk(step, carry, args, k - 1)
             values.extend(chunk[:k].tolist())
+            sizes.extend(np.asarray(rho)[:k].tolist())
             times.extend([time.perf_counter() - start] * k)
             break
         carry = new_carry
         values.extend(chunk.tolist())
+        sizes.extend(np.asarray(rho).tolist())
         times.extend([time.perf_counter() - start] * length)
-        if verbose:
-            print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
-        if callback is not None and callback(len(values), values[-1],
-                                             eqx.combine(carry[0], static)):
+        progress(len(values), values[-1])
+        if callback is not None and callback(len(values), values[-1], to_model(carry)):
             message = "stopped by callback"
             break
-        if _relative_change(values, window) < tol:
+        if monitor is not None:
+            monitored.append(float(monitor(to_model(carry))))
+            if monitored[-1] < best[0]:
+                best = (monitored[-1], carry, len(monitored))
+            elif len(monitored) - best[2] >= patience:
+                carry, converged = best[1], True
+                message = (f"converged (held-out metric did not improve for {patience} chunks; "
+                           f"best state after chunk {best[2]} kept)")
+                break
+        elif _relative_change(values, window) < tol:
             message, converged = "converged (relative change of the objective below tol)", True
             break
-    history = History(np.array(values), np.array(times), converged, message)
-    return eqx.combine(carry[0], static), history
+    progress(None, None)
+    hist = History(np.array(values), np.array(times), converged, message, step_size=np.array(sizes),
+                   validation=np.array(monitored) if monitor is not None else None)
+    return carry, hist
+
+
+def _progress(verbose, total):
+    """A rich progress bar (verbose=True) updated between chunks; a no-op otherwise."""
+    if not verbose:
+        return lambda i, value: None
+    from rich.progress import Progress
+
+    bar = Progress(*Progress.get_default_columns(), "[cyan]{task.fields[objective]}")
+    task = bar.add_task("training", total=total, objective="")
+    bar.start()
+
+    def update(i, value):
+        if i is None:
+            bar.stop()
+        else:
+            bar.update(task, completed=i, objective=f"objective {value: .6e}")
+
+    return update
 
 
 def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose):

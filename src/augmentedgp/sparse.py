@@ -1,0 +1,362 @@
+"""Inducing-point GP models: SGPR (collapsed, with DTC and FITC), SVGP and VGP.
+
+SVGP (Hensman et al. 2013, 2015) keeps q(u) explicit; its bound on a minibatch B of n
+points is  (n / |B|) sum_{i in B} E_{q(f_i)}[log p(y_i | f_i)] - KL(q(u) || p(u))
+(seed 001 eq. 3.3 and A.4). VGP is the non-sparse case Z = X (Opper & Archambeau 2009).
+SGPR integrates u out for a Gaussian likelihood (Titsias 2009, seed 001 eq. 2.17):
+
+    F = log N(y | m, Q + s2 I) - tr(K - Q) / (2 s2),    Q = Knm Kmm^-1 Kmn,
+
+DTC drops the trace term (Seeger 2003) and FITC replaces s2 I by s2 I + diag(K - Q)
+(Snelson & Ghahramani 2006; seed 003 B.7). All three give q(u) in closed form (with the
+per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and theta1 = A D^-1 r).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import linalg
+from .kernels import Kernel
+from .likelihoods import Gaussian, Likelihood
+from .means import Mean, Zero
+from .params import Parameter, fixed, real
+from .validation import check_X, check_y
+from .variational import NaturalQ, QPosterior, make_q
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _inducing_parameter(Z) -> Parameter:
+    if isinstance(Z, Parameter):
+        arr = np.asarray(Z.value)
+    else:
+        arr = check_X(Z, "inducing")
+    if arr.ndim != 2:
+        raise ValueError(f"inducing must be 2-D of shape (M, d), got shape {arr.shape}")
+    if np.unique(arr, axis=0).shape[0] < arr.shape[0]:
+        raise ValueError("inducing has repeated rows; inducing points must be distinct "
+                         "(use augmentedgp.inducing to choose them)")
+    return Z if isinstance(Z, Parameter) else real(arr, "inducing")
+
+
+def _check_kernel_likelihood(kernel, likelihood):
+    if not isinstance(kernel, Kernel):
+        raise ValueError(f"kernel must be an augmentedgp kernel, got {type(kernel).__name__}")
+    if not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood must be an augmentedgp likelihood, got {likelihood!r}")
+
+
+class Projection(NamedTuple):
+    """Everything the bound and the natural-gradient step need at the points X."""
+
+    Kmm: jax.Array
+    Lmm: jax.Array
+    Kmn: jax.Array
+    A: jax.Array  # Lmm^-1 Kmn
+    kdiag: jax.Array
+    prior_mean: jax.Array  # mean(X)
+    mean: jax.Array  # E_q[f(X)]
+    var: jax.Array  # V_q[f(X)]
+
+
+class SVGP(eqx.Module):
+    """Sparse variational GP: f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)), q(u) at Z.
+
+    ``inducing``: (M, d) array (trained by default) or a Parameter (``params.fixed`` to
+    freeze it). ``q``: "whitened" (default), "cholesky", "natural", "natural_whitened",
+    "site" or a :class:`~augmentedgp.variational.QPosterior`; it starts at the prior.
+    """
+
+    kernel: Kernel
+    likelihood: Likelihood
+    mean: Mean
+    inducing: Parameter | None
+    q: QPosterior | None
+
+    def __init__(self, kernel, likelihood, inducing, *, mean=None, q="whitened"):
+        _check_kernel_likelihood(kernel, likelihood)
+        self.kernel, self.likelihood = kernel, likelihood
+        self.mean = Zero() if mean is None else mean
+        self.inducing = _inducing_parameter(inducing)
+        Lmm = linalg.cholesky(kernel(jnp.asarray(self.inducing.value)))
+        self.q = make_q(q, Lmm)
+
+    # --- the bound ------------------------------------------------------------------------
+
+    def project(self, X, full_cov: bool = False) -> Projection:
+        Z = self.inducing.value
+        Kmm = self.kernel(Z)
+        Lmm = linalg.cholesky(Kmm)
+        Kmn = self.kernel(Z, X)
+        A = linalg.solve_lower(Lmm, Kmn)
+        kdiag = self.kernel.diag(X)
+        Kxx = self.kernel(X) if full_cov else None
+        mean_g, var = self.q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx, full_cov)
+        m0 = self.mean(X)
+        return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var)
+
+    def prior_kl(self) -> jax.Array:
+        """KL(q(u) || p(u))."""
+        Z = self.inducing.value
+        Kmm = self.kernel(Z)
+        return self.q.kl(Kmm, linalg.cholesky(Kmm))
+
+    def _elbo(self, X, y, scale=1.0, n_points: int = 20):
+        p = self.project(X)
+        data = jnp.sum(self.likelihood.variational_expectations(y, p.mean, p.var, n_points))
+        return scale * data - self.q.kl(p.Kmm, p.Lmm)
+
+    def _data(self, X, y, name="X"):
+        X = check_X(X, name, d=self.inducing.value.shape[1])
+        y = self.likelihood.check_targets(check_y(y, X.shape[0], "y" if name == "X" else "ynew"))
+        return jnp.asarray(X), jnp.asarray(y)
+
+    def elbo(self, X, y, num_data: int | None = None) -> float:
+        """The evidence lower bound on (X, y); with ``num_data`` the minibatch estimate
+        (num_data / len(X)) sum E[log p] - KL of the bound on num_data points."""
+        X, y = self._data(X, y)
+        scale = 1.0 if num_data is None else num_data / X.shape[0]
+        return float(_elbo_jit(self, X, y, scale))
+
+    # --- predictions ----------------------------------------------------------------------
+
+    def _check_new(self, Xnew):
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self.inducing.value.shape[1]))
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov."""
+        return _predict_f(self, self._check_new(Xnew), full_cov)
+
+    def predict_y(self, Xnew):
+        """Mean and variance of y at Xnew (binary likelihoods: p(y=+1) and p(1 - p))."""
+        return self.likelihood.predict_y(*self.predict_f(Xnew))
+
+    def predict_proba(self, Xnew):
+        """p(y = +1 | Xnew), averaged over q(f). Binary likelihoods only."""
+        if not hasattr(self.likelihood, "predict_proba"):
+            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
+        return self.likelihood.predict_proba(*self.predict_f(Xnew))
+
+    def predict_log_density(self, Xnew, ynew):
+        """log p(y* | x*) = log int p(y*|f) q(f) df per test point (n*,)."""
+        Xnew, ynew = self._data(Xnew, ynew, "Xnew")
+        mean, var = _predict_f(self, Xnew, False)
+        return self.likelihood.predictive_log_prob(ynew, mean, var)
+
+    def sample_f(self, key, Xnew, n_samples: int = 1):
+        """Joint samples of f at Xnew from q, shape (n_samples, n*)."""
+        mean, cov = self.predict_f(Xnew, full_cov=True)
+        Lc = linalg.check_cholesky(linalg.cholesky(cov), "predictive covariance at Xnew")
+        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
+        return mean + eps @ Lc.T
+
+    @property
+    def num_inducing(self) -> int:
+        return int(self.inducing.value.shape[0])
+
+
+class VGP(SVGP):
+    """Full (non-sparse) variational GP: q(f(X)) = N(m, S) at the n training inputs
+    (Opper & Archambeau 2009), any likelihood. ``fit`` binds it to X (Z = X, fixed)."""
+
+    q_kind: str = eqx.field(static=True, default="whitened")
+
+    def __init__(self, kernel, likelihood, *, mean=None, q: str = "whitened"):
+        _check_kernel_likelihood(kernel, likelihood)
+        self.kernel, self.likelihood = kernel, likelihood
+        self.mean = Zero() if mean is None else mean
+        make_q(q, jnp.eye(1))  # validates the kind
+        self.inducing, self.q, self.q_kind = None, None, q
+
+    def bind(self, X) -> VGP:
+        """This model with its latent values at the rows of X (q at the prior), unless it
+        is already bound to X."""
+        X = check_X(X)
+        if self.inducing is not None and np.array_equal(np.asarray(self.inducing.value), X):
+            return self
+        Lmm = linalg.cholesky(self.kernel(jnp.asarray(X)))
+        return eqx.tree_at(lambda m: (m.inducing, m.q), self,
+                           (fixed(real(X, "inducing")), make_q(self.q_kind, Lmm)),
+                           is_leaf=lambda x: x is None)
+
+    def _bound(self):
+        if self.inducing is None:
+            raise ValueError("this VGP is not bound to data yet: use augmentedgp.fit(model, X, "
+                             "y) or model.bind(X)")
+
+    def project(self, X, full_cov=False):
+        self._bound()
+        return super().project(X, full_cov)
+
+    def prior_kl(self):
+        self._bound()
+        return super().prior_kl()
+
+
+# --- SGPR ------------------------------------------------------------------------------
+
+
+def _lowrank_terms(r, A, d):
+    """(log N(r | 0, A^T A + diag(d)), L_B, c) with B = I + A D^-1 A^T and
+    c = L_B^-1 A D^-1 r, in O(n M^2) (matrix determinant lemma and Woodbury)."""
+    Ad = A / jnp.sqrt(d)
+    LB = linalg.cholesky(jnp.eye(A.shape[0], dtype=A.dtype) + Ad @ Ad.T)
+    c = linalg.solve_lower(LB, A @ (r / d))
+    quad = jnp.sum(r**2 / d) - jnp.sum(c**2)
+    logdet = linalg.logdet_chol(LB) + jnp.sum(jnp.log(d))
+    return -0.5 * (r.shape[0] * _LOG_2PI + logdet + quad), LB, c
+
+
+class SGPR(eqx.Module):
+    """Sparse GP regression with u integrated out: Titsias' collapsed bound ("vfe",
+    default), or the DTC / FITC approximate marginal likelihoods ("dtc", "fitc")."""
+
+    kernel: Kernel
+    likelihood: Gaussian
+    mean: Mean
+    inducing: Parameter
+    method: str = eqx.field(static=True, default="vfe")
+
+    def __init__(self, kernel, inducing, *, noise=None, likelihood=None, mean=None,
+                 method: str = "vfe"):
+        if likelihood is not None and noise is not None:
+            raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
+        likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
+        _check_kernel_likelihood(kernel, likelihood)
+        if not isinstance(likelihood, Gaussian):
+            raise ValueError("SGPR needs a Gaussian likelihood; use SVGP for "
+                             f"{type(likelihood).__name__}")
+        if method not in ("vfe", "dtc", "fitc"):
+            raise ValueError(f"method must be 'vfe', 'dtc' or 'fitc', got {method!r}")
+        self.kernel, self.likelihood, self.method = kernel, likelihood, method
+        self.mean = Zero() if mean is None else mean
+        self.inducing = _inducing_parameter(inducing)
+
+    def _terms(self, X, y):
+        Z = self.inducing.value
+        Lmm = linalg.cholesky(self.kernel(Z))
+        A = linalg.solve_lower(Lmm, self.kernel(Z, X))
+        residual_var = self.kernel.diag(X) - jnp.sum(A**2, 0)  # diag(K - Q)
+        s2 = self.likelihood.variance.value
+        d = s2 + residual_var if self.method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
+        return A, y - self.mean(X), d, residual_var, s2
+
+    def _objective(self, X, y):
+        A, r, d, resid, s2 = self._terms(X, y)
+        value = _lowrank_terms(r, A, d)[0]
+        if self.method == "vfe":
+            value = value - 0.5 * jnp.sum(resid) / s2  # seed 001 eq. 2.17
+        return value
+
+    def _upper_bound(self, X, y):
+        A, r, d, resid, s2 = self._terms(X, y)  # seed 004 B.4, c = tr(K - Q)
+        lower_det = _lowrank_terms(jnp.zeros_like(r), A, d)[0]
+        tail = _lowrank_terms(r, A, d + jnp.sum(resid))[0] - _lowrank_terms(
+            jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
+        return lower_det + tail
+
+    def _data(self, X, y):
+        X = check_X(X, d=self.inducing.value.shape[1])
+        return jnp.asarray(X), jnp.asarray(check_y(y, X.shape[0]))
+
+    def objective(self, X, y) -> float:
+        """The training objective: the collapsed bound (vfe) or log marginal likelihood
+        of the DTC / FITC approximation."""
+        return float(_sgpr_objective(self, *self._data(X, y)))
+
+    def elbo(self, X, y) -> float:
+        """Titsias' collapsed lower bound on log p(y) (whatever ``method``)."""
+        vfe = SGPR(self.kernel, self.inducing, likelihood=self.likelihood, mean=self.mean)
+        return float(_sgpr_objective(vfe, *self._data(X, y)))
+
+    def upper_bound(self, X, y) -> float:
+        """Titsias' upper bound on log p(y) (seed 004 B.4): a diagnostic of the gap."""
+        return float(_sgpr_upper(self, *self._data(X, y)))
+
+    def optimal_q(self, X, y) -> NaturalQ:
+        """The closed-form q(u) of the method, as whitened natural parameters."""
+        return _sgpr_q(self, *self._data(X, y))
+
+    def to_svgp(self, X, y) -> SVGP:
+        """An SVGP holding this model's optimal q(u): predictions without the data."""
+        return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
+                    q=_sgpr_q(self, *self._data(X, y)))
+
+
+@eqx.filter_jit
+def _sgpr_objective(model, X, y):
+    return model._objective(X, y)
+
+
+@eqx.filter_jit
+def _sgpr_upper(model, X, y):
+    return model._upper_bound(X, y)
+
+
+@eqx.filter_jit
+def _sgpr_q(model, X, y):
+    A, r, d, _, _ = model._terms(X, y)
+    P = jnp.eye(A.shape[0], dtype=A.dtype) + (A / d) @ A.T
+    return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
+
+
+@eqx.filter_jit
+def _elbo_jit(model, X, y, scale):
+    return model._elbo(X, y, scale)
+
+
+@eqx.filter_jit
+def _predict_f(model, Xnew, full_cov):
+    p = model.project(Xnew, full_cov)
+    return p.mean, p.var
+
+
+class SparsePosterior(eqx.Module):
+    """A fitted SGPR / SVGP / VGP: the model (with its q(u)), the training data and the
+    training history. Predictions need only the model; ``elbo()`` uses the data."""
+
+    model: SVGP
+    X: jax.Array
+    y: jax.Array
+    history: object = eqx.field(static=True, default=None)
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        return self.model.predict_f(Xnew, full_cov)
+
+    def predict_y(self, Xnew):
+        return self.model.predict_y(Xnew)
+
+    def predict_proba(self, Xnew):
+        return self.model.predict_proba(Xnew)
+
+    def predict_log_density(self, Xnew, ynew):
+        return self.model.predict_log_density(Xnew, ynew)
+
+    def sample_f(self, key, Xnew, n_samples: int = 1):
+        return self.model.sample_f(key, Xnew, n_samples)
+
+    def elbo(self) -> float:
+        """The SVGP evidence lower bound on the full training data."""
+        return float(_elbo_jit(self.model, self.X, self.y, 1.0))
+
+    @property
+    def kernel(self):
+        return self.model.kernel
+
+    @property
+    def likelihood(self):
+        return self.model.likelihood
+
+    @property
+    def inducing(self):
+        return self.model.inducing.value
+
+
+__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection"]

@@ -1,0 +1,241 @@
+"""Gaussian variational posteriors q(u) = N(m, S) over the inducing values u = g(Z).
+
+Four parameterisations share one interface. Kmm = Lmm Lmm^T and v = Lmm^{-1} u is the
+whitened variable (p(v) = N(0, I)); ``A = Lmm^{-1} Kmn`` projects onto the points X.
+
+- ``CholeskyQ(whiten=False)``: m and a lower-triangular L with S = L L^T (Hensman 2013);
+- ``CholeskyQ(whiten=True)``: the same for q(v) (GPflow's default);
+- ``NaturalQ``: theta1 = S^-1 m, theta2 = -1/2 S^-1 (of u, or of v with ``whiten``);
+- ``SiteQ``: the O(M) "prior + diagonal" family of seed 001 section 3.1,
+  q(u) proportional to p(u) exp(lam^T u - 1/2 u^T diag(g) u), i.e. S = (Kmm^-1 + G)^-1 and
+  m = S lam, stored in the site coordinates (lam, g) of the corrected reading (seed 001
+  A.8.2), g > 0.
+
+Each gives the marginals of g(X) = f(X) - mean(X) under q(f) = int p(f|u) q(u) du
+(``conditional``), ``kl`` = KL(q(u) || p(u)), and its distribution as whitened natural
+parameters (``whitened_natural``; ``from_whitened_natural`` maps back), on which the
+natural-gradient step acts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from . import linalg
+from .params import Parameter, positive, real
+
+
+def _gauss_kl_whitened(mv, tr_S, logdet_S):
+    """KL(N(mv, Sv) || N(0, I)) (seed 001 A.6)."""
+    return 0.5 * (tr_S + jnp.sum(mv**2) - mv.shape[0] - logdet_S)
+
+
+def _marginals(mean, R_A, A, kdiag, Kxx, full_cov):
+    """Marginals of g(X) from whitened q(v) = N(mv, R R^T): mean A^T mv and
+    K_xx - A^T A + (R^T A)^T (R^T A)."""
+    if full_cov:
+        return mean, Kxx - A.T @ A + R_A.T @ R_A
+    return mean, jnp.maximum(kdiag - jnp.sum(A**2, 0) + jnp.sum(R_A**2, 0), 0.0)
+
+
+def _sym(P):
+    return 0.5 * (P + P.T)
+
+
+class QPosterior(eqx.Module):
+    """Interface of a parameterised q(u)."""
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        raise NotImplementedError
+
+    def kl(self, Kmm, Lmm):
+        raise NotImplementedError
+
+    def whitened_natural(self, Lmm):
+        """(theta1, P): P = Sv^-1 the precision of v and theta1 = P mv."""
+        raise NotImplementedError
+
+    def from_whitened_natural(self, theta1, P, Lmm):
+        raise NotImplementedError
+
+    def mean_cov(self, Kmm, Lmm):
+        """(m, S) of q(u)."""
+        theta1, P = self.whitened_natural(Lmm)
+        Lp = linalg.cholesky(_sym(P))
+        mv, Sv = linalg.cho_solve(Lp, theta1), linalg.cho_solve(Lp, jnp.eye(P.shape[0]))
+        return Lmm @ mv, Lmm @ Sv @ Lmm.T
+
+    @property
+    def num_params(self) -> int:
+        raise NotImplementedError
+
+
+class CholeskyQ(QPosterior):
+    """q = N(mean, L L^T) over u, or over v = Lmm^-1 u when ``whiten``."""
+
+    mean: Parameter
+    chol: Parameter  # only the lower triangle is used
+    whiten: bool = eqx.field(static=True, default=False)
+
+    @classmethod
+    def prior(cls, Lmm, whiten: bool):
+        M = Lmm.shape[0]
+        L = jnp.eye(M, dtype=Lmm.dtype) if whiten else Lmm
+        return cls(real(jnp.zeros(M), "q mean"), real(L, "q cholesky"), whiten)
+
+    def _whitened(self, Lmm):
+        """(mv, Rv) with Sv = Rv Rv^T."""
+        m, L = self.mean.value, jnp.tril(self.chol.value)
+        if self.whiten:
+            return m, L
+        return linalg.solve_lower(Lmm, m), linalg.solve_lower(Lmm, L)
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        mv, R = self._whitened(Lmm)
+        return _marginals(A.T @ mv, R.T @ A, A, kdiag, Kxx, full_cov)
+
+    def kl(self, Kmm, Lmm):
+        mv, R = self._whitened(Lmm)
+        logdet = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diag(R))))  # R is lower triangular
+        return _gauss_kl_whitened(mv, jnp.sum(R**2), logdet)
+
+    def whitened_natural(self, Lmm):
+        mv, R = self._whitened(Lmm)
+        Rinv = linalg.solve_lower(R, jnp.eye(R.shape[0], dtype=R.dtype))
+        P = Rinv.T @ Rinv
+        return P @ mv, P
+
+    def from_whitened_natural(self, theta1, P, Lmm):
+        Lp = linalg.cholesky(_sym(P))
+        mv = linalg.cho_solve(Lp, theta1)
+        R = linalg.cholesky(_sym(linalg.cho_solve(Lp, jnp.eye(P.shape[0], dtype=P.dtype))))
+        m, L = (mv, R) if self.whiten else (Lmm @ mv, Lmm @ R)
+        return dataclasses.replace(self, mean=dataclasses.replace(self.mean, raw=m),
+                                   chol=dataclasses.replace(self.chol, raw=L))
+
+    @property
+    def num_params(self) -> int:
+        M = self.mean.raw.shape[0]
+        return M + M * (M + 1) // 2
+
+
+class NaturalQ(QPosterior):
+    """q stored as natural parameters theta1 = S^-1 m, theta2 = -1/2 S^-1 of u (or of v)."""
+
+    theta1: Parameter
+    theta2: Parameter
+    whiten: bool = eqx.field(static=True, default=False)
+
+    @classmethod
+    def prior(cls, Lmm, whiten: bool):
+        M = Lmm.shape[0]
+        eye = jnp.eye(M, dtype=Lmm.dtype)
+        prec = eye if whiten else linalg.cho_solve(Lmm, eye)
+        return cls(real(jnp.zeros(M), "q theta1"), real(-0.5 * prec, "q theta2"), whiten)
+
+    def whitened_natural(self, Lmm):
+        t1, prec = self.theta1.value, -2.0 * _sym(self.theta2.value)
+        if self.whiten:
+            return t1, prec
+        return Lmm.T @ t1, Lmm.T @ prec @ Lmm  # u = Lmm v
+
+    def from_whitened_natural(self, theta1, P, Lmm):
+        if not self.whiten:
+            theta1 = linalg.solve_upper_t(Lmm, theta1)
+            Linv = linalg.solve_lower(Lmm, jnp.eye(P.shape[0], dtype=P.dtype))
+            P = Linv.T @ P @ Linv
+        return dataclasses.replace(self, theta1=dataclasses.replace(self.theta1, raw=theta1),
+                                   theta2=dataclasses.replace(self.theta2, raw=-0.5 * _sym(P)))
+
+    def _whitened(self, Lmm):
+        theta1, P = self.whitened_natural(Lmm)
+        Lp = linalg.cholesky(_sym(P))
+        return linalg.cho_solve(Lp, theta1), Lp
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        mv, Lp = self._whitened(Lmm)  # Sv = Lp^-T Lp^-1, so R^T A = Lp^-1 A
+        return _marginals(A.T @ mv, linalg.solve_lower(Lp, A), A, kdiag, Kxx, full_cov)
+
+    def kl(self, Kmm, Lmm):
+        mv, Lp = self._whitened(Lmm)
+        Linv = linalg.solve_lower(Lp, jnp.eye(Lp.shape[0], dtype=Lp.dtype))
+        return _gauss_kl_whitened(mv, jnp.sum(Linv**2), -linalg.logdet_chol(Lp))
+
+    @property
+    def num_params(self) -> int:
+        M = self.theta1.raw.shape[0]
+        return M + M * (M + 1) // 2
+
+
+class SiteQ(QPosterior):
+    """O(M) q(u) = N(S lam, S), S = (Kmm^-1 + diag(g))^-1 (seed 001 eq. 3.5, site form).
+
+    All quantities come from B = I + G^1/2 Kmm G^1/2 (no factor of Kmm is needed):
+    mu = (Kmm + G^-1)^-1 G^-1 lam = G^1/2 B^-1 G^-1/2 lam, the mean of q(f(x)) is
+    k_x^T mu and its variance k_xx - |L_B^-1 G^1/2 k_x|^2 (A.7.2, corrected).
+    """
+
+    lam: Parameter
+    g: Parameter
+
+    @classmethod
+    def prior(cls, M: int, g0: float = 1e-3):
+        return cls(real(jnp.zeros(M), "q site potentials"),
+                   positive(jnp.full(M, g0), "q site precisions"))
+
+    def factors(self, Kmm):
+        """(sqrt(g), L_B, mu)."""
+        from .posterior import site_factors
+
+        return site_factors(Kmm, self.g.value, self.lam.value)
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        s, LB, mu = self.factors(Kmm)
+        V = linalg.solve_lower(LB, s[:, None] * Kmn)
+        if full_cov:
+            return Kmn.T @ mu, Kxx - V.T @ V
+        return Kmn.T @ mu, jnp.maximum(kdiag - jnp.sum(V**2, 0), 0.0)
+
+    def kl(self, Kmm, Lmm):
+        s, LB, mu = self.factors(Kmm)  # seed 001 eq. 3.7 with log|K + G^-1| + log|G| = log|B|
+        Binv = linalg.solve_lower(LB, jnp.eye(LB.shape[0], dtype=LB.dtype))
+        tr = LB.shape[0] - jnp.sum(Binv**2)  # tr((K + G^-1)^-1 K) = M - tr(B^-1)
+        return 0.5 * (mu @ Kmm @ mu - tr) + 0.5 * linalg.logdet_chol(LB)
+
+    def whitened_natural(self, Lmm):
+        return Lmm.T @ self.lam.value, jnp.eye(Lmm.shape[0]) + Lmm.T @ (
+            self.g.value[:, None] * Lmm)
+
+    def mean_cov(self, Kmm, Lmm):
+        s, LB, mu = self.factors(Kmm)
+        V = linalg.solve_lower(LB, s[:, None] * Kmm)
+        return Kmm @ mu, Kmm - V.T @ V
+
+    @property
+    def num_params(self) -> int:
+        return 2 * self.lam.raw.shape[0]
+
+
+def make_q(kind, Lmm):
+    """A q(u) at the prior for ``kind`` in {"whitened", "cholesky", "natural",
+    "natural_whitened", "site"} (or a QPosterior, returned as is)."""
+    if isinstance(kind, QPosterior):
+        return kind
+    if kind == "whitened":
+        return CholeskyQ.prior(Lmm, True)
+    if kind == "cholesky":
+        return CholeskyQ.prior(Lmm, False)
+    if kind == "natural":
+        return NaturalQ.prior(Lmm, False)
+    if kind == "natural_whitened":
+        return NaturalQ.prior(Lmm, True)
+    if kind == "site":
+        return SiteQ.prior(Lmm.shape[0])
+    raise ValueError("q must be 'whitened', 'cholesky', 'natural', 'natural_whitened', 'site' "
+                     f"or a QPosterior, got {kind!r}")
+
+
+__all__ = ["QPosterior", "CholeskyQ", "NaturalQ", "SiteQ", "make_q"]
