@@ -5,6 +5,7 @@ Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to o
 
 from . import (
     _x64,  # noqa: F401  (must run before any array is created)
+    inducing,
     inference,
     kernels,
     likelihoods,
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
     "QuadratureSVI", "SitePosterior", "SparsePosterior", "History",
-    "kernels", "likelihoods", "means", "inference", "linalg", "params", "schedules",
+    "inducing", "kernels", "likelihoods", "means", "inference", "linalg", "params", "schedules",
     "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

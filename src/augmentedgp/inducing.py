@@ -1,11 +1,13 @@
 """Choosing inducing inputs Z (M, d) for sparse GPs.
 
 * :func:`random_subset`: M distinct rows of X drawn uniformly without replacement.
-* :func:`kmeans`: k-means++ seeding by D^2 sampling (Arthur & Vassilvitskii, 2007) refined by
-  Lloyd iterations; the centres are the inducing inputs.
+* :func:`kmeans`: k-means++ seeding by D^2 sampling (Arthur & Vassilvitskii, 2007; greedy
+  variant with a few candidates per centre, as in scikit-learn) refined by Lloyd iterations;
+  the centres are the inducing inputs.
 * :func:`greedy_variance`: greedy conditional-variance selection (Burt, Rasmussen & van der
   Wilk, 2020), i.e. the pivots of a partial pivoted Cholesky of K_XX, in O(n M^2) time and
-  O(n M) memory; it minimises trace(K_XX - Q_XX) greedily.
+  O(n M) memory; it reduces trace(K_XX - Q_XX) greedily. It may return fewer than M rows
+  when K_XX is numerically of lower rank.
 * :func:`oips`: online inducing point selection (Galy-Fajou & Opper, 2020, Alg. 1): a streamed
   x joins Z when its largest kernel correlation with Z is below rho.
 
@@ -92,7 +94,7 @@ def _kmeans_once(X, M, u, n_iter):
         cand = np.searchsorted(cum, u[j] * cum[-1], side="right")
         cand = np.minimum(cand, np.flatnonzero(D2 > 0)[-1])  # u * total rounded up to total
         D2c = np.minimum(D2, np.sum((X[None, :, :] - X[cand][:, None, :]) ** 2, -1))
-        best = 0
+        best = int(np.argmin(D2c.sum(1)))
         idx.append(int(cand[best]))
         D2 = D2c[best]
     C = _lloyd(X, X[idx], n_iter)
