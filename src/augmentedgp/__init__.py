@@ -11,6 +11,7 @@ from . import (
     likelihoods,
     linalg,
     means,
+    natgrad,
     params,
     schedules,
     variational,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
     "QuadratureSVI", "SitePosterior", "SparsePosterior", "History",
-    "inducing", "kernels", "likelihoods", "means", "inference", "linalg", "params", "schedules",
+    "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params", "schedules",
     "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]
