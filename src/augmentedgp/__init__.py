@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
     "QuadratureSVI", "SitePosterior", "SparsePosterior", "History",
-    "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params", "schedules",
-    "variational",
+    "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params",
+    "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

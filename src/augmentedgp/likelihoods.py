@@ -206,6 +206,14 @@ def _count_targets(y, name: str = "y") -> np.ndarray:
     return arr
 
 
+def _uniform_nodes(lo, hi, n: int):
+    """n equispaced nodes on [lo, hi] (broadcast, nodes on a new last axis) and the step.
+    Full weights at the ends: the integrands using this are negligible there."""
+    lo, hi = jnp.broadcast_arrays(jnp.asarray(lo, float), jnp.asarray(hi, float))
+    h = (hi - lo) / (n - 1)
+    return lo[..., None] + h[..., None] * jnp.arange(n), h
+
+
 class Poisson(Likelihood):
     """y ~ Poisson(binsize * exp(f)), y = 0, 1, 2, ..."""
 
@@ -262,9 +270,7 @@ class StudentT(Likelihood):
 
     def log_prob(self, y, f):
         nu, s = self.df.value, self.scale.value
-        # log G((nu+1)/2) - log G(nu/2) - log(s sqrt(nu pi)) - (nu+1)/2 log(1 + r^2/(nu s^2))
-        return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
-                - jnp.log(s) - 0.5 * (nu + 1.0) * jnp.log1p(((y - f) / s) ** 2 / nu))
+        return self._log_norm() - 0.5 * (nu + 1.0) * jnp.log1p(((y - f) / s) ** 2 / nu)
 
     def grad_log_prob(self, y, f):
         nu, s2, r = self.df.value, self.scale.value**2, y - f
@@ -274,10 +280,52 @@ class StudentT(Likelihood):
         nu, s2, r = self.df.value, self.scale.value**2, y - f
         return (nu + 1.0) * (r**2 - nu * s2) / (nu * s2 + r**2) ** 2  # > 0 for |r| > s sqrt(nu)
 
-    def variational_expectations(self, y, mean, var, n: int = 100):
-        # log(1 + r^2/(nu s^2)) is singular at r = +-i s sqrt(nu): Gauss-Hermite needs many
-        # nodes once sqrt(var) ~ s sqrt(nu) (20 nodes: ~1e-4 there, 100 nodes: ~1e-9)
-        return super().variational_expectations(y, mean, var, n)
+    def _log_norm(self):
+        nu = self.df.value  # log G((nu+1)/2) - log G(nu/2) - log(s sqrt(nu pi))
+        return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
+                - jnp.log(self.scale.value))
+
+    def variational_expectations(self, y, mean, var, n: int = 256):
+        """Accurate for any variance (Gauss-Hermite is not once sqrt(var) >~ scale sqrt(df):
+        the integrand has poles at f = y +- i scale sqrt(df)). ``n``: trapezoid nodes.
+
+        Frullani: log(1 + a) = int_0^inf (e^{-u} - e^{-u(1+a)}) du/u, and for r = y - f ~
+        N(d, v), E exp(-u r^2/c) = (1 + 2uv/c)^{-1/2} exp(-u d^2/(c + 2uv)), c = df scale^2.
+        The u-integral is done by the trapezoid rule in t = log u (geometric convergence;
+        256 nodes: ~1e-14 even for (y - mean)^2 / (df scale^2) ~ 1e10).
+        """
+        nu = self.df.value
+        c = nu * self.scale.value**2
+        d, v = jnp.asarray(y - mean), jnp.asarray(var)
+        d, v = jnp.broadcast_arrays(d, v)
+        # below lo the integrand is ~ e^t (v + d^2)/c < 1e-16 of the result; above hi e^{-e^t}
+        lo = jax.lax.stop_gradient(-37.0 - jnp.log1p((v + d**2) / c))
+        t, h = _uniform_nodes(lo, math.log(40.0), n)
+        u = jnp.exp(t)
+        vv, dd = v[..., None], d[..., None]
+        g = 0.5 * jnp.log1p(2.0 * u * vv / c) + u * dd**2 / (c + 2.0 * u * vv)
+        e_log1p = h * jnp.sum(jnp.exp(-u) * -jnp.expm1(-g), axis=-1)  # E log(1 + r^2/c)
+        return self._log_norm() - 0.5 * (nu + 1.0) * e_log1p
+
+    def predictive_log_prob(self, y, mean, var):
+        """Accurate for any variance (the generic Gauss-Hermite rule is not, see above).
+
+        Scale mixture: t_df(y | f, s) = int N(y | f, s^2 w) InvGamma(w | df/2, df/2) dw, so
+        p(y) = int N(y | mean, var + s^2 w) InvGamma(w | df/2, df/2) dw; trapezoid rule in
+        t = log w (512 nodes: ~1e-11 relative for df in [0.1, 200], any var, y - mean).
+        """
+        b, s2 = 0.5 * self.df.value, self.scale.value**2
+        d2, v = jnp.broadcast_arrays(jnp.asarray(y - mean) ** 2, jnp.asarray(var))
+        # the integrand peaks below t = log((d^2 + v)/s^2) and is < e^{-40} of its peak
+        # outside [lo, hi]: exp(-b (e^{-t} + t - 1)) on the left, e^{-(b + 1/2) t} on the right
+        lo = -jnp.minimum(jnp.sqrt(80.0 / b), jnp.log1p(80.0 / b) + 5.0)
+        peak = jnp.maximum(0.0, jnp.log(jnp.maximum(d2 + v, 1e-300) / s2))
+        hi = peak + jnp.sqrt(80.0 / b) + 40.0 / (b + 0.5)
+        t, h = _uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), 512)
+        tot = v[..., None] + s2 * jnp.exp(t)
+        log_f = (b * jnp.log(b) - gammaln(b) - b * (t + jnp.exp(-t))  # InvGamma(w) dw/dt
+                 - 0.5 * (_LOG_2PI + jnp.log(tot) + d2[..., None] / tot))
+        return jax.scipy.special.logsumexp(log_f, axis=-1) + jnp.log(h)
 
     def conditional_mean(self, f):
         return f
