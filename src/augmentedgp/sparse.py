@@ -104,6 +104,7 @@ class SVGP(eqx.Module):
 
     def prior_kl(self) -> jax.Array:
         """KL(q(u) || p(u))."""
+        self._input_dim()
         Z = self.inducing.value
         Kmm = self.kernel(Z)
         return self.q.kl(Kmm, linalg.cholesky(Kmm))
@@ -113,8 +114,14 @@ class SVGP(eqx.Module):
         data = jnp.sum(self.likelihood.variational_expectations(y, p.mean, p.var, n_points))
         return scale * data - self.q.kl(p.Kmm, p.Lmm)
 
+    def _input_dim(self) -> int:
+        if self.inducing is None:
+            raise ValueError("this VGP is not bound to data yet: use augmentedgp.fit(model, X, "
+                             "y) or model.bind(X)")
+        return self.inducing.value.shape[1]
+
     def _data(self, X, y, name="X"):
-        X = check_X(X, name, d=self.inducing.value.shape[1])
+        X = check_X(X, name, d=self._input_dim())
         y = self.likelihood.check_targets(check_y(y, X.shape[0], "y" if name == "X" else "ynew"))
         return jnp.asarray(X), jnp.asarray(y)
 
@@ -123,12 +130,12 @@ class SVGP(eqx.Module):
         (num_data / len(X)) sum E[log p] - KL of the bound on num_data points."""
         X, y = self._data(X, y)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
-        return float(_elbo_jit(self, X, y, scale))
+        return float(_elbo_jit(self, X, y, jnp.asarray(scale)))
 
     # --- predictions ----------------------------------------------------------------------
 
     def _check_new(self, Xnew):
-        return jnp.asarray(check_X(Xnew, "Xnew", d=self.inducing.value.shape[1]))
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self._input_dim()))
 
     def predict_f(self, Xnew, full_cov: bool = False):
         """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov."""
@@ -159,6 +166,7 @@ class SVGP(eqx.Module):
 
     @property
     def num_inducing(self) -> int:
+        self._input_dim()
         return int(self.inducing.value.shape[0])
 
 
@@ -185,19 +193,6 @@ class VGP(SVGP):
         return eqx.tree_at(lambda m: (m.inducing, m.q), self,
                            (fixed(real(X, "inducing")), make_q(self.q_kind, Lmm)),
                            is_leaf=lambda x: x is None)
-
-    def _bound(self):
-        if self.inducing is None:
-            raise ValueError("this VGP is not bound to data yet: use augmentedgp.fit(model, X, "
-                             "y) or model.bind(X)")
-
-    def project(self, X, full_cov=False):
-        self._bound()
-        return super().project(X, full_cov)
-
-    def prior_kl(self):
-        self._bound()
-        return super().prior_kl()
 
 
 # --- SGPR ------------------------------------------------------------------------------
@@ -239,24 +234,26 @@ class SGPR(eqx.Module):
         self.mean = Zero() if mean is None else mean
         self.inducing = _inducing_parameter(inducing)
 
-    def _terms(self, X, y):
+    def _terms(self, X, y, method=None):
+        method = method or self.method
         Z = self.inducing.value
         Lmm = linalg.cholesky(self.kernel(Z))
         A = linalg.solve_lower(Lmm, self.kernel(Z, X))
         residual_var = self.kernel.diag(X) - jnp.sum(A**2, 0)  # diag(K - Q)
         s2 = self.likelihood.variance.value
-        d = s2 + residual_var if self.method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
+        d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
         return A, y - self.mean(X), d, residual_var, s2
 
-    def _objective(self, X, y):
-        A, r, d, resid, s2 = self._terms(X, y)
+    def _objective(self, X, y, method=None):
+        method = method or self.method
+        A, r, d, resid, s2 = self._terms(X, y, method)
         value = _lowrank_terms(r, A, d)[0]
-        if self.method == "vfe":
+        if method == "vfe":
             value = value - 0.5 * jnp.sum(resid) / s2  # seed 001 eq. 2.17
         return value
 
     def _upper_bound(self, X, y):
-        A, r, d, resid, s2 = self._terms(X, y)  # seed 004 B.4, c = tr(K - Q)
+        A, r, d, resid, s2 = self._terms(X, y, "vfe")  # seed 004 B.4, c = tr(K - Q)
         lower_det = _lowrank_terms(jnp.zeros_like(r), A, d)[0]
         tail = _lowrank_terms(r, A, d + jnp.sum(resid))[0] - _lowrank_terms(
             jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
@@ -273,8 +270,7 @@ class SGPR(eqx.Module):
 
     def elbo(self, X, y) -> float:
         """Titsias' collapsed lower bound on log p(y) (whatever ``method``)."""
-        vfe = SGPR(self.kernel, self.inducing, likelihood=self.likelihood, mean=self.mean)
-        return float(_sgpr_objective(vfe, *self._data(X, y)))
+        return float(_sgpr_elbo(self, *self._data(X, y)))
 
     def upper_bound(self, X, y) -> float:
         """Titsias' upper bound on log p(y) (seed 004 B.4): a diagnostic of the gap."""
@@ -293,6 +289,11 @@ class SGPR(eqx.Module):
 @eqx.filter_jit
 def _sgpr_objective(model, X, y):
     return model._objective(X, y)
+
+
+@eqx.filter_jit
+def _sgpr_elbo(model, X, y):
+    return model._objective(X, y, "vfe")
 
 
 @eqx.filter_jit
