@@ -4,7 +4,7 @@
   marginal likelihood, then conditioning;
 - ``SGPR``: the same on the collapsed bound (or the DTC / FITC likelihood);
 - ``SVGP`` / ``VGP``: variational inference, one jitted step per iteration: an optimizer
-  step on the hyperparameters and inducing inputs, then a natural-gradient step on q(u)
+  step on the hyperparameters and inducing inputs and a natural-gradient step on q(u)
   (``natgrad.natural_step``), on the full batch or on minibatches.
 """
 
@@ -114,7 +114,14 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
 
 
 def _vi_loss(model, X, y, scale, inference):
-    return -(model._elbo(X, y, scale, inference.n_points) + log_prior(model))
+    return _vi_loss_aux(model, X, y, scale, inference)[0]
+
+
+def _vi_loss_aux(model, X, y, scale, inference):
+    """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step."""
+    p = model.project(X)
+    data = jnp.sum(model.likelihood.variational_expectations(y, p.mean, p.var, inference.n_points))
+    return -(scale * data - model.q.kl(p.Kmm, p.Lmm) + log_prior(model)), p
 
 
 def _with_q(hyp, q):
@@ -135,23 +142,22 @@ def _batch(X, y, t, key, perm, batch_size):
 
 
 def _vi_step(carry, args):
-    """One iteration: an optimizer step on the hyperparameters (and on q(u) unless
-    natural), then a natural-gradient step on q(u) with the updated hyperparameters."""
+    """One iteration from (hyperparameters, q): an optimizer step on the hyperparameters
+    (and on q(u) unless natural) and a natural-gradient step on q(u), both computed at the
+    current state from one shared projection of the minibatch."""
     (hyp, q, opt_state, t, key, perm), (static, inference, opt, X, y) = carry, args
     Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
     model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
     if inference.natural:
-        value, grad = jax.value_and_grad(
-            lambda h: _vi_loss(model_of(h, q), Xb, yb, scale, inference))(hyp)
-        updates, opt_state = opt.update(grad, opt_state, hyp)
-        hyp = eqx.apply_updates(hyp, updates)
+        (value, p), grad = jax.value_and_grad(
+            lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference), has_aux=True)(hyp)
         model = model_of(hyp, q)
-        p = model.project(Xb)
+        p = jax.tree_util.tree_map(lax.stop_gradient, p)
         beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean)
-        rho = inference.step_size(t)
         new_q, rho = natural_step(model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma,
-                                  scale, rho)
-        q = partition_trainable(new_q)[0]
+                                  scale, inference.step_size(t))
+        updates, opt_state = opt.update(grad, opt_state, hyp)
+        hyp, q = eqx.apply_updates(hyp, updates), partition_trainable(new_q)[0]
     else:
         params = (hyp, q)
         value, grad = jax.value_and_grad(

@@ -45,6 +45,13 @@ def _sym(P):
     return 0.5 * (P + P.T)
 
 
+def _inverse_factor(P):
+    """Lower-triangular R with R R^T = P^-1 from one Cholesky and one triangular inverse:
+    with J the reversal permutation and J P J = L L^T, R = J L^-T J."""
+    L = linalg.cholesky(_sym(P)[::-1, ::-1])
+    return linalg.solve_lower(L, jnp.eye(P.shape[0], dtype=P.dtype)).T[::-1, ::-1]
+
+
 class QPosterior(eqx.Module):
     """Interface of a parameterised q(u)."""
 
@@ -109,9 +116,8 @@ class CholeskyQ(QPosterior):
         return P @ mv, P
 
     def from_whitened_natural(self, theta1, P, Lmm):
-        Lp = linalg.cholesky(_sym(P))
-        mv = linalg.cho_solve(Lp, theta1)
-        R = linalg.cholesky(_sym(linalg.cho_solve(Lp, jnp.eye(P.shape[0], dtype=P.dtype))))
+        R = _inverse_factor(P)
+        mv = R @ (R.T @ theta1)
         m, L = (mv, R) if self.whiten else (Lmm @ mv, Lmm @ R)
         return dataclasses.replace(self, mean=dataclasses.replace(self.mean, raw=m),
                                    chol=dataclasses.replace(self.chol, raw=L))
