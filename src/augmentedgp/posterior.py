@@ -38,7 +38,38 @@ def site_factors(K, tau, nu):
     return s, L, site_alpha(s, L, nu)
 
 
-class SitePosterior(eqx.Module):
+class Predictive(eqx.Module):
+    """The prediction verbs, from a subclass's ``predict_f(Xnew, full_cov)``,
+    ``_check_new(Xnew)`` (validated inputs) and ``likelihood``."""
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        raise NotImplementedError
+
+    def predict_y(self, Xnew):
+        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
+        return self.likelihood.predict_y(*self.predict_f(Xnew))
+
+    def predict_proba(self, Xnew):
+        """p(y = +1 | Xnew, data) (n*,), averaged over the latent posterior. Binary only."""
+        if not hasattr(self.likelihood, "predict_proba"):
+            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
+        return self.likelihood.predict_proba(*self.predict_f(Xnew))
+
+    def predict_log_density(self, Xnew, ynew):
+        """log p(y* | x*, data) = log int p(y*|f) q(f) df per test point (n*,)."""
+        Xnew = self._check_new(Xnew)
+        ynew = jnp.asarray(self.likelihood.check_targets(check_y(ynew, Xnew.shape[0], "ynew")))
+        return self.likelihood.predictive_log_prob(ynew, *self.predict_f(Xnew))
+
+    def sample_f(self, key, Xnew, n_samples: int = 1):
+        """Joint posterior samples of f at Xnew, shape (n_samples, n*)."""
+        mean, cov = self.predict_f(Xnew, full_cov=True)
+        Lc = linalg.check_cholesky(linalg.cholesky(cov), "posterior covariance at Xnew")
+        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
+        return mean + eps @ Lc.T
+
+
+class SitePosterior(Predictive):
     """A fitted full GP: predictions, samples and the (approximate) log marginal likelihood.
 
     Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``.
@@ -65,38 +96,12 @@ class SitePosterior(eqx.Module):
         """log p(y | X, theta): exact for regression, approximate for Laplace and EP."""
         return float(self.lml)
 
-    def _check(self, Xnew):
+    def _check_new(self, Xnew):
         return jnp.asarray(check_X(Xnew, "Xnew", d=self.X.shape[1]))
 
     def predict_f(self, Xnew, full_cov: bool = False):
         """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
-        return _predict_f(self, self._check(Xnew), full_cov)
-
-    def predict_y(self, Xnew):
-        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
-        mean, var = self.predict_f(Xnew)
-        return self.likelihood.predict_y(mean, var)
-
-    def predict_proba(self, Xnew):
-        """p(y = +1 | Xnew, data) (n*,), averaged over the latent posterior. Binary only."""
-        if not hasattr(self.likelihood, "predict_proba"):
-            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
-        mean, var = self.predict_f(Xnew)
-        return self.likelihood.predict_proba(mean, var)
-
-    def predict_log_density(self, Xnew, ynew):
-        """log p(y* | x*, data) per test point (n*,)."""
-        Xnew = self._check(Xnew)
-        ynew = jnp.asarray(self.likelihood.check_targets(check_y(ynew, Xnew.shape[0], "ynew")))
-        mean, var = _predict_f(self, Xnew, False)
-        return self.likelihood.predictive_log_prob(ynew, mean, var)
-
-    def sample_f(self, key, Xnew, n_samples: int = 1):
-        """Joint posterior samples of f at Xnew, shape (n_samples, n*)."""
-        mean, cov = self.predict_f(Xnew, full_cov=True)
-        Lc = linalg.check_cholesky(linalg.cholesky(cov), "posterior covariance at Xnew")
-        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
-        return mean + eps @ Lc.T
+        return _predict_f(self, self._check_new(Xnew), full_cov)
 
 
 @eqx.filter_jit

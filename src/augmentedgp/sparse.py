@@ -27,6 +27,7 @@ from .kernels import Kernel
 from .likelihoods import Gaussian, Likelihood
 from .means import Mean, Zero
 from .params import Parameter, fixed, real
+from .posterior import Predictive
 from .validation import check_X, check_y
 from .variational import NaturalQ, QPosterior, make_q
 
@@ -66,7 +67,7 @@ class Projection(NamedTuple):
     var: jax.Array  # V_q[f(X)]
 
 
-class SVGP(eqx.Module):
+class SVGP(Predictive):
     """Sparse variational GP: f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)), q(u) at Z.
 
     ``inducing``: (M, d) array (trained by default) or a Parameter (``params.fixed`` to
@@ -140,29 +141,6 @@ class SVGP(eqx.Module):
     def predict_f(self, Xnew, full_cov: bool = False):
         """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov."""
         return _predict_f(self, self._check_new(Xnew), full_cov)
-
-    def predict_y(self, Xnew):
-        """Mean and variance of y at Xnew (binary likelihoods: p(y=+1) and p(1 - p))."""
-        return self.likelihood.predict_y(*self.predict_f(Xnew))
-
-    def predict_proba(self, Xnew):
-        """p(y = +1 | Xnew), averaged over q(f). Binary likelihoods only."""
-        if not hasattr(self.likelihood, "predict_proba"):
-            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
-        return self.likelihood.predict_proba(*self.predict_f(Xnew))
-
-    def predict_log_density(self, Xnew, ynew):
-        """log p(y* | x*) = log int p(y*|f) q(f) df per test point (n*,)."""
-        Xnew, ynew = self._data(Xnew, ynew, "Xnew")
-        mean, var = _predict_f(self, Xnew, False)
-        return self.likelihood.predictive_log_prob(ynew, mean, var)
-
-    def sample_f(self, key, Xnew, n_samples: int = 1):
-        """Joint samples of f at Xnew from q, shape (n_samples, n*)."""
-        mean, cov = self.predict_f(Xnew, full_cov=True)
-        Lc = linalg.check_cholesky(linalg.cholesky(cov), "predictive covariance at Xnew")
-        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
-        return mean + eps @ Lc.T
 
     @property
     def num_inducing(self) -> int:
@@ -319,7 +297,7 @@ def _predict_f(model, Xnew, full_cov):
     return p.mean, p.var
 
 
-class SparsePosterior(eqx.Module):
+class SparsePosterior(Predictive):
     """A fitted SGPR / SVGP / VGP: the model (with its q(u)), the training data and the
     training history. Predictions need only the model; ``elbo()`` uses the data."""
 
@@ -331,17 +309,8 @@ class SparsePosterior(eqx.Module):
     def predict_f(self, Xnew, full_cov: bool = False):
         return self.model.predict_f(Xnew, full_cov)
 
-    def predict_y(self, Xnew):
-        return self.model.predict_y(Xnew)
-
-    def predict_proba(self, Xnew):
-        return self.model.predict_proba(Xnew)
-
-    def predict_log_density(self, Xnew, ynew):
-        return self.model.predict_log_density(Xnew, ynew)
-
-    def sample_f(self, key, Xnew, n_samples: int = 1):
-        return self.model.sample_f(key, Xnew, n_samples)
+    def _check_new(self, Xnew):
+        return self.model._check_new(Xnew)
 
     def elbo(self) -> float:
         """The SVGP evidence lower bound on the full training data."""
