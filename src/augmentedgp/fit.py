@@ -119,9 +119,8 @@ def _vi_loss(model, X, y, scale, inference):
 
 def _vi_loss_aux(model, X, y, scale, inference):
     """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step."""
-    p = model.project(X)
-    data = jnp.sum(model.likelihood.variational_expectations(y, p.mean, p.var, inference.n_points))
-    return -(scale * data - model.q.kl(p.Kmm, p.Lmm) + log_prior(model)), p
+    elbo, p = model._elbo_projection(X, y, scale, inference.n_points)
+    return -(elbo + log_prior(model)), p
 
 
 def _with_q(hyp, q):

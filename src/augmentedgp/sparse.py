@@ -111,9 +111,13 @@ class SVGP(Predictive):
         return self.q.kl(Kmm, linalg.cholesky(Kmm))
 
     def _elbo(self, X, y, scale=1.0, n_points: int = 20):
+        return self._elbo_projection(X, y, scale, n_points)[0]
+
+    def _elbo_projection(self, X, y, scale=1.0, n_points: int = 20):
+        """(ELBO with the data term scaled by ``scale``, the projection at X)."""
         p = self.project(X)
         data = jnp.sum(self.likelihood.variational_expectations(y, p.mean, p.var, n_points))
-        return scale * data - self.q.kl(p.Kmm, p.Lmm)
+        return scale * data - self.q.kl(p.Kmm, p.Lmm), p
 
     def _input_dim(self) -> int:
         if self.inducing is None:
