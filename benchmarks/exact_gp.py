@@ -27,7 +27,6 @@ import dataclasses
 import datetime
 import os
 import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -65,6 +64,8 @@ import jax.numpy as jnp  # noqa: E402
 import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
+from _report import checkout, cpu_model, fmt, markdown_table, ratio  # noqa: E402
+from _report import write_results as _write_section  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402  (enables float64 in JAX)
 
@@ -468,20 +469,10 @@ def bench_fit(dataset: str, n: int, n_test: int, gpytorch_iters: int,
 # --- reporting ----------------------------------------------------------------------------
 
 
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
-def fmt(x, spec=".4f", missing="—"):
-    if x is None or (isinstance(x, float) and not np.isfinite(x)):
-        return missing
-    return format(x, spec)
 
 
-def ratio(a, b):
-    return None if a is None or b is None else a / b
 
 
 def lml_grad_table(rows: list[dict], stat: str = "median") -> str:
@@ -547,26 +538,12 @@ def versions() -> dict[str, str]:
     for name, mod in (("scikit-learn", sklearn), ("torch", torch), ("gpytorch", gpytorch),
                       ("tensorflow", tf), ("gpflow", gpflow)):
         out[name] = mod.__version__ if mod is not None else "not installed"
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        out["augmentedgp"] += f" (checkout {commit}{', src/ modified' if dirty else ''})"
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    out["augmentedgp"] += checkout()
     return {k: v for k, v in out.items() if v}
 
 
 def machine() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     info = {"nproc": str(os.cpu_count()), "CPU": cpu, "platform": platform.platform()}
     try:
         from threadpoolctl import threadpool_info
@@ -584,16 +561,6 @@ def machine() -> dict[str, str]:
     return info
 
 
-def write_results(text: str, path: Path = RESULTS_MD) -> None:
-    section = f"{SECTION_BEGIN}\n{text.rstrip()}\n{SECTION_END}\n"
-    old = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if SECTION_BEGIN in old and SECTION_END in old:
-        head, rest = old.split(SECTION_BEGIN, 1)
-        tail = rest.split(SECTION_END, 1)[1].lstrip("\n")
-        new = head + section + ("\n" + tail if tail.strip() else "")
-    else:
-        new = old.rstrip() + "\n\n" + section
-    path.write_text(new)
 
 
 def report(args, lml_rows, fit_rows, total_s, load) -> str:
@@ -705,7 +672,7 @@ def main(argv=None):
     print()
     print(text)
     if not args.no_write:
-        write_results(text)
+        _write_section(text, SECTION_BEGIN, SECTION_END)
         print(f"\n(wrote {RESULTS_MD.relative_to(REPO)})")
 
 

@@ -35,7 +35,6 @@ import datetime
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,6 +71,8 @@ import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
+from _report import checkout, cpu_model, fmt, markdown_table, ratio  # noqa: E402
+from _report import write_results as _write_section  # noqa: E402
 from scipy.special import log_ndtr, ndtr  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402  (enables float64 in JAX)
@@ -547,20 +548,10 @@ def targets(res: dict, margin: float) -> dict[str, float]:
 # --- reporting ----------------------------------------------------------------------------
 
 
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
-def fmt(x, spec=".3f", missing="—"):
-    if x is None or (isinstance(x, float) and not np.isfinite(x)):
-        return missing
-    return format(x, spec)
 
 
-def ratio(a, b):
-    return None if a is None or b is None or b == 0 else a / b
 
 
 def results_table(all_res: list[dict], margin: float) -> tuple[str, list[str], list[str]]:
@@ -627,24 +618,12 @@ def versions() -> dict[str, str]:
     for name, mod in (("torch", torch), ("gpytorch", gpytorch), ("tensorflow", tf),
                       ("gpflow", gpflow)):
         out[name] = mod.__version__ if mod is not None else "not installed"
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        out["augmentedgp"] += f" (checkout {commit}{', src/ modified' if dirty else ''})"
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    out["augmentedgp"] += checkout()
     return out
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in
-                   Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     pinned = _threads_arg(sys.argv[1:])
     xla = ("XLA CPU single-threaded (`--xla_cpu_multi_thread_eigen=false "
            "intra_op_parallelism_threads=1`)" if THREADS == 1 else "XLA CPU at its default")
@@ -654,16 +633,6 @@ def machine() -> str:
             f"{THREADS}, {xla}, {blas}")
 
 
-def write_results(text: str, path: Path = RESULTS_MD) -> None:
-    section = f"{SECTION_BEGIN}\n{text.rstrip()}\n{SECTION_END}\n"
-    old = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if SECTION_BEGIN in old and SECTION_END in old:
-        head, rest = old.split(SECTION_BEGIN, 1)
-        tail = rest.split(SECTION_END, 1)[1].lstrip("\n")
-        new = head + section + ("\n" + tail if tail.strip() else "")
-    else:
-        new = old.rstrip() + "\n\n" + section
-    path.write_text(new)
 
 
 def report(args, all_res, total_s, load, vers) -> str:
@@ -772,7 +741,7 @@ def main(argv=None):
     print()
     print(text)
     if not args.no_write:
-        write_results(text)
+        _write_section(text, SECTION_BEGIN, SECTION_END)
         print(f"\n(wrote {RESULTS_MD.relative_to(REPO)})")
 
 
