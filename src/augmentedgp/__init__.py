@@ -5,6 +5,7 @@ Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to o
 
 from . import (
     _x64,  # noqa: F401  (must run before any array is created)
+    augmentation,
     inducing,
     inference,
     kernels,
@@ -18,7 +19,7 @@ from . import (
 )
 from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from .fit import fit
-from .inference import EP, Exact, Laplace, QuadratureSVI, QuadratureVI
+from .inference import EP, AnalyticSVI, AnalyticVI, Exact, Laplace, QuadratureSVI, QuadratureVI
 from .models import GP
 from .posterior import SitePosterior
 from .sparse import SGPR, SVGP, VGP, SparsePosterior
@@ -28,8 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
-    "QuadratureSVI", "SitePosterior", "SparsePosterior", "History",
-    "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params",
+    "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "SitePosterior", "SparsePosterior", "History",
+    "augmentation", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params",
     "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .inference import QuadratureSVI, QuadratureVI
+from .inference import QuadratureVI, _VariationalInference
 from .models import GP
 from .natgrad import natural_step
 from .params import log_prior, partition_trainable
@@ -45,8 +45,9 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
     likelihood and ``Laplace()`` otherwise; ``n_restarts`` extra runs start from
     :func:`~augmentedgp.training.perturb` draws (needs ``key``), the best is kept.
 
-    SVGP and VGP: ``inference`` is ``QuadratureVI()`` (full batch, default) or
-    ``QuadratureSVI(batch_size)``; Adam (``learning_rate`` 0.01) on the hyperparameters
+    SVGP and VGP: ``inference`` is ``QuadratureVI()`` (full batch, default),
+    ``QuadratureSVI(batch_size)``, ``AnalyticVI()`` or ``AnalyticSVI(batch_size)`` (for
+    augmentable likelihoods); Adam (``learning_rate`` 0.01) on the hyperparameters
     and inducing inputs alternates with natural-gradient steps on q(u). ``key`` seeds the
     minibatches. Training stops after ``max_iter`` iterations, when the mean objective of
     the last ``window`` iterations changes by less than ``tol`` (relative) against the
@@ -119,7 +120,8 @@ def _vi_loss(model, X, y, scale, inference):
 
 def _vi_loss_aux(model, X, y, scale, inference):
     """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step."""
-    elbo, p = model._elbo_projection(X, y, scale, inference.n_points)
+    expectations = lambda yy, m, v: inference.expectations(model.likelihood, yy, m, v)
+    elbo, p = model._elbo_projection(X, y, scale, expectations)
     return -(elbo + log_prior(model)), p
 
 
@@ -178,15 +180,17 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     if isinstance(model, VGP):
         model = model.bind(X)
     inference = inference if inference is not None else QuadratureVI()
-    if not isinstance(inference, QuadratureVI):
-        raise ValueError(f"SVGP / VGP need QuadratureVI or QuadratureSVI, got {inference!r}")
+    if not isinstance(inference, _VariationalInference):
+        raise ValueError("SVGP / VGP need QuadratureVI, QuadratureSVI, AnalyticVI or "
+                         f"AnalyticSVI, got {inference!r}")
     inference.check(model)
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
     Xa, ya = model._data(X, y)
-    if isinstance(inference, QuadratureSVI) and inference.batch_size > Xa.shape[0]:
+    if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
+        full = type(inference).__name__.replace("SVI", "VI")
         raise ValueError(f"batch_size {inference.batch_size} exceeds the {Xa.shape[0]} data "
-                         "points; use QuadratureVI for full batches")
+                         f"points; use {full} for full batches")
     monitor = None
     if validation_data is not None:
         Xv, yv = model._data(*validation_data, name="Xnew")

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import linalg
+from .augmentation import Augmented
 from .kernels import Kernel
 from .likelihoods import Gaussian, Likelihood
 from .means import Mean, Zero
@@ -110,13 +111,16 @@ class SVGP(Predictive):
         Kmm = self.kernel(Z)
         return self.q.kl(Kmm, linalg.cholesky(Kmm))
 
-    def _elbo(self, X, y, scale=1.0, n_points: int = 20):
-        return self._elbo_projection(X, y, scale, n_points)[0]
+    def _elbo(self, X, y, scale=1.0, augmented: bool = False):
+        expectations = (self.likelihood.augmented_expectations if augmented
+                        else self.likelihood.variational_expectations)
+        return self._elbo_projection(X, y, scale, expectations)[0]
 
-    def _elbo_projection(self, X, y, scale=1.0, n_points: int = 20):
-        """(ELBO with the data term scaled by ``scale``, the projection at X)."""
+    def _elbo_projection(self, X, y, scale, expectations):
+        """(ELBO with the data term ``expectations(y, mean, var)`` scaled by ``scale``, the
+        projection at X)."""
         p = self.project(X)
-        data = jnp.sum(self.likelihood.variational_expectations(y, p.mean, p.var, n_points))
+        data = jnp.sum(expectations(y, p.mean, p.var))
         return scale * data - self.q.kl(p.Kmm, p.Lmm), p
 
     def _input_dim(self) -> int:
@@ -130,12 +134,15 @@ class SVGP(Predictive):
         y = self.likelihood.check_targets(check_y(y, X.shape[0], "y" if name == "X" else "ynew"))
         return jnp.asarray(X), jnp.asarray(y)
 
-    def elbo(self, X, y, num_data: int | None = None) -> float:
+    def elbo(self, X, y, num_data: int | None = None, augmented: bool = False) -> float:
         """The evidence lower bound on (X, y); with ``num_data`` the minibatch estimate
-        (num_data / len(X)) sum E[log p] - KL of the bound on num_data points."""
+        (num_data / len(X)) sum E[log p] - KL of the bound on num_data points. With
+        ``augmented=True`` the bound of the augmented model at the optimal q(w) (what
+        AnalyticVI maximises; never above the plain bound)."""
+        _check_augmented(self.likelihood, augmented)
         X, y = self._data(X, y)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
-        return float(_elbo_jit(self, X, y, jnp.asarray(scale)))
+        return float(_elbo_jit(self, X, y, jnp.asarray(scale), augmented))
 
     # --- predictions ----------------------------------------------------------------------
 
@@ -291,8 +298,13 @@ def _sgpr_q(model, X, y):
 
 
 @eqx.filter_jit
-def _elbo_jit(model, X, y, scale):
-    return model._elbo(X, y, scale)
+def _elbo_jit(model, X, y, scale, augmented=False):
+    return model._elbo(X, y, scale, augmented)
+
+
+def _check_augmented(likelihood, augmented):
+    if augmented and not isinstance(likelihood, Augmented):
+        raise ValueError(f"{type(likelihood).__name__} has no augmentation")
 
 
 @eqx.filter_jit
@@ -316,9 +328,16 @@ class SparsePosterior(Predictive):
     def _check_new(self, Xnew):
         return self.model._check_new(Xnew)
 
-    def elbo(self) -> float:
-        """The SVGP evidence lower bound on the full training data."""
-        return float(_elbo_jit(self.model, self.X, self.y, 1.0))
+    def elbo(self, augmented: bool = False) -> float:
+        """The SVGP evidence lower bound on the full training data (``augmented=True``: the
+        augmented model's bound at the optimal q(w), see :meth:`SVGP.elbo`)."""
+        _check_augmented(self.likelihood, augmented)
+        return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
+
+    def augmentation_gap(self) -> float:
+        """elbo() - elbo(augmented=True) = sum_i E_q[log phi(h_i^2)] - log phi(E_q[h_i^2])
+        >= 0: how much the augmented bound gives away at this q(f) (thesis App. A.4.3)."""
+        return self.elbo() - self.elbo(augmented=True)
 
     @property
     def kernel(self):
