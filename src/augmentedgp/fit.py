@@ -18,7 +18,7 @@ from jax import lax
 
 from .inference import QuadratureVI, _VariationalInference
 from .models import GP
-from .natgrad import natural_step
+from .natgrad import direction_size, scheduled_step
 from .params import log_prior, partition_trainable
 from .sparse import SGPR, SVGP, VGP, SparsePosterior
 from .training import minimize, optax_optimizer, perturb, run_steps
@@ -146,7 +146,7 @@ def _vi_step(carry, args):
     """One iteration from (hyperparameters, q): an optimizer step on the hyperparameters
     (and on q(u) unless natural) and a natural-gradient step on q(u), both computed at the
     current state from one shared projection of the minibatch."""
-    (hyp, q, opt_state, t, key, perm), (static, inference, opt, X, y) = carry, args
+    (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y) = carry, args
     Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
     model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
     if inference.natural:
@@ -155,8 +155,9 @@ def _vi_step(carry, args):
         model = model_of(hyp, q)
         p = jax.tree_util.tree_map(lax.stop_gradient, p)
         beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean)
-        new_q, rho = natural_step(model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma,
-                                  scale, inference.step_size(t))
+        new_q, rho, sched = scheduled_step(
+            model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma, scale,
+            lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites)
         updates, opt_state = opt.update(grad, opt_state, hyp)
         hyp, q = eqx.apply_updates(hyp, updates), partition_trainable(new_q)[0]
     else:
@@ -166,7 +167,7 @@ def _vi_step(carry, args):
         updates, opt_state = opt.update(grad, opt_state, params)
         hyp, q = eqx.apply_updates(params, updates)
         rho = jnp.nan
-    return (hyp, q, opt_state, t + 1, key, perm), (value, rho)
+    return (hyp, q, opt_state, sched, t + 1, key, perm), (value, rho)
 
 
 @eqx.filter_jit
@@ -200,7 +201,8 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
     opt = optax_optimizer(optimizer, learning_rate)
     opt_state = opt.init(hyp if inference.natural else (hyp, q))
-    carry = (hyp, q, opt_state, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
+    sched = inference.step_size.init(direction_size(q))
+    carry = (hyp, q, opt_state, sched, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
     to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
     carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya), to_model,
                             max_iter=max_iter, tol=tol, chunk_size=chunk_size, window=window,

@@ -225,6 +225,7 @@ class _VariationalInference(eqx.Module):
     step_size: Schedule
     natural: bool = eqx.field(static=True, default=True)
     batch_size: int | None = eqx.field(static=True, default=None)
+    psd_sites = False  # True where every site precision gamma is >= 0 by construction
 
     def check(self, model):
         from .sparse import SVGP, VGP
@@ -291,6 +292,8 @@ class AnalyticVI(_VariationalInference):
     inducing inputs, likelihood parameters) on the augmented bound. Every expectation is in
     closed form; no quadrature.
     """
+
+    psd_sites = True  # gamma = 2 E[w] b^2 >= 0
 
     def __init__(self, step_size=1.0):
         self.step_size = as_schedule(step_size)

@@ -61,20 +61,40 @@ def _backoff(ok_at, rho):
     return jnp.where(k < _MAX_HALVINGS, r, 0.0)
 
 
-def natural_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho):
-    """q after one natural-gradient step of size rho towards the sites; returns (q, rho)."""
+def natural_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho, psd: bool = False):
+    """q after one natural-gradient step of size rho towards the sites; returns (q, rho).
+
+    ``psd=True`` promises gamma >= 0 (augmented sites): the target precision is then
+    positive definite and so is every step with rho <= 1, and the back-off is skipped."""
+    q, rho, _ = scheduled_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale,
+                               lambda direction: (rho, None), psd)
+    return q, rho
+
+
+def scheduled_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate, psd: bool = False):
+    """As :func:`natural_step` with the step size from ``rate(direction) -> (rho, aux)``,
+    where direction is the flattened natural gradient (target minus current whitened
+    natural parameters, or the site family's Fisher step); returns (q, rho, aux)."""
     if isinstance(q, SiteQ):
-        return _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho)
+        return _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate)
     theta1, P = q.whitened_natural(Lmm)
     target1 = A @ (scale * beta)
     targetP = jnp.eye(P.shape[0], dtype=P.dtype) + (A * (scale * gamma)) @ A.T
+    rho, aux = rate(jnp.concatenate([target1 - theta1, (targetP - P).ravel()]))
     mix = lambda r: ((1 - r) * theta1 + r * target1, (1 - r) * P + r * targetP)
-    rho = _backoff(lambda r: _is_pd(mix(r)[1]), rho)
+    if not psd:
+        rho = _backoff(lambda r: _is_pd(mix(r)[1]), rho)
     new1, newP = mix(rho)
-    return q.from_whitened_natural(new1, newP, Lmm), rho
+    return q.from_whitened_natural(new1, newP, Lmm), rho, aux
 
 
-def _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho):
+def direction_size(q) -> int:
+    """Length of the direction that ``scheduled_step`` passes to ``rate``."""
+    M = q.num_inducing
+    return 2 * M if isinstance(q, SiteQ) else M + M * M
+
+
+def _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate):
     lam, g = q.lam.value, q.g.value
 
     def elbo(lam, g):
@@ -89,12 +109,14 @@ def _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho):
     F = jnp.block([[S, -S * m[None, :]], [-(S * m[None, :]).T, 0.5 * S**2 + S * jnp.outer(m, m)]])
     step = linalg.cho_solve(linalg.cholesky(0.5 * (F + F.T)), grad)
     step = jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
+    rho, aux = rate(step)
     M = lam.shape[0]
     rho = _backoff(lambda r: jnp.all(g + r * step[M:] > 0), rho)
     new_lam, new_g = lam + rho * step[:M], g + rho * step[M:]
     q = dataclasses.replace(q, lam=dataclasses.replace(q.lam, raw=new_lam),
                             g=dataclasses.replace(q.g, raw=q.g.transform.inverse(new_g)))
-    return q, rho
+    return q, rho, aux
 
 
-__all__ = ["natural_step", "quadrature_sites", "site_objective"]
+__all__ = ["natural_step", "scheduled_step", "direction_size", "quadrature_sites",
+           "site_objective"]

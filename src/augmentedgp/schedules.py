@@ -1,4 +1,9 @@
-"""Step-size schedules rho(t) for natural-gradient steps (t = 0, 1, ... is the step)."""
+"""Step-size schedules rho(t) for natural-gradient steps (t = 0, 1, ... is the step).
+
+The training loop asks ``rate(state, t, direction)`` -> (rho, state), with ``state`` from
+``init(size)`` and ``direction`` the current natural gradient (flattened), so a schedule
+may adapt to the gradients it sees (``Adaptive``); the others are functions of t alone.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,14 @@ import jax.numpy as jnp
 class Schedule(eqx.Module):
     def __call__(self, t):
         raise NotImplementedError
+
+    def init(self, size: int):
+        """The initial state for directions of length ``size``."""
+        return None
+
+    def rate(self, state, t, direction):
+        """(rho at step t, the next state)."""
+        return self(t), state
 
 
 class Constant(Schedule):
@@ -60,8 +73,44 @@ class RobbinsMonro(Schedule):
         return (t + self.tau) ** (-self.kappa)
 
 
+class Adaptive(Schedule):
+    """The adaptive learning rate of Ranganath et al. (2013) for stochastic VI:
+    with running averages g_bar = (1 - 1/tau) g_bar + g / tau and h_bar = (1 - 1/tau) h_bar
+    + g^T g / tau of the natural gradient g, rho = g_bar^T g_bar / h_bar (in [0, 1]: small
+    when the minibatch gradients disagree) and tau <- tau (1 - rho) + 1.
+
+    The averages start as plain means of the first ``init_steps`` gradients, during which
+    q does not move (rho = 0; Ranganath et al. initialise from Monte Carlo estimates at the
+    starting point), and tau starts at ``init_steps``.
+    """
+
+    init_steps: int = 10
+
+    def __init__(self, init_steps: int = 10):
+        if int(init_steps) != init_steps or init_steps < 1:
+            raise ValueError(f"init_steps must be a positive integer, got {init_steps!r}")
+        self.init_steps = int(init_steps)
+
+    def __call__(self, t):
+        raise TypeError("Adaptive depends on the gradients: use rate(state, t, direction)")
+
+    def init(self, size: int):
+        return jnp.zeros(size), jnp.zeros(()), jnp.asarray(float(self.init_steps))
+
+    def rate(self, state, t, direction):
+        g_bar, h_bar, tau = state
+        warm = t < self.init_steps
+        w = jnp.where(warm, 1.0 / (t + 1.0), 1.0 / tau)
+        g_bar = (1.0 - w) * g_bar + w * direction
+        h_bar = (1.0 - w) * h_bar + w * jnp.sum(direction**2)
+        rho = jnp.where(warm, 0.0, jnp.sum(g_bar**2) / jnp.maximum(h_bar, 1e-300))
+        rho = jnp.clip(rho, 0.0, 1.0)
+        tau = jnp.where(warm, tau, tau * (1.0 - rho) + 1.0)
+        return rho, (g_bar, h_bar, tau)
+
+
 def as_schedule(step_size) -> Schedule:
     return step_size if isinstance(step_size, Schedule) else Constant(step_size)
 
 
-__all__ = ["Schedule", "Constant", "Warmup", "RobbinsMonro", "as_schedule"]
+__all__ = ["Schedule", "Constant", "Warmup", "RobbinsMonro", "Adaptive", "as_schedule"]

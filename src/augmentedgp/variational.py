@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from . import linalg
@@ -78,6 +79,10 @@ class QPosterior(eqx.Module):
     @property
     def num_params(self) -> int:
         raise NotImplementedError
+
+    @property
+    def num_inducing(self) -> int:
+        return jax.tree_util.tree_leaves(self)[0].shape[0]  # every field leads with M
 
 
 class CholeskyQ(QPosterior):
