@@ -57,10 +57,18 @@ def log_cosh(x):
 
 
 def tanh_ratio(c):
-    """tanh(c / 2) / (2 c) = E[PG(1, c)], with its limit 1/4 at c = 0 (thesis ch. 3)."""
-    small = c < 1e-4
+    """tanh(c / 2) / (2 c) = E[PG(1, c)] (even in c), with its limit 1/4 at c = 0
+    (thesis ch. 3)."""
+    small = jnp.abs(c) < 1e-4
     cs = jnp.where(small, 1.0, c)  # double-where: finite gradients at c = 0
     return jnp.where(small, 0.25 - c**2 / 48.0, jnp.tanh(0.5 * cs) / (2.0 * cs))
+
+
+def log_cosh_sqrt(t):
+    """log cosh(sqrt(t) / 2) for t >= 0, smooth at t = 0 (= t/8 - t^2/192 + ...)."""
+    small = t < 1e-6
+    ts = jnp.where(small, 1.0, t)
+    return jnp.where(small, t / 8.0 - t**2 / 192.0, log_cosh(0.5 * jnp.sqrt(ts)))
 
 
 def _safe_sqrt(t):
@@ -120,10 +128,11 @@ class PolyaGamma(Augmented):
         raise NotImplementedError
 
     def _log_phi(self, y, t):
-        return -self._pg_b(y) * log_cosh(0.5 * _safe_sqrt(t))
+        return -self._pg_b(y) * log_cosh_sqrt(t)
 
     def _omega_mean(self, y, t):
         return 0.5 * self._pg_b(y) * tanh_ratio(_safe_sqrt(t))  # E[PG(b, c)] / 2
 
 
-__all__ = ["Augmented", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh", "tanh_ratio"]
+__all__ = ["Augmented", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh", "log_cosh_sqrt",
+           "tanh_ratio"]

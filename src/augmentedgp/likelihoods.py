@@ -18,9 +18,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import erf, gammaln, log_ndtr, ndtr
+from jax.scipy.special import erf, gammaln, log_ndtr, ndtr, xlogy
 
-from .augmentation import Augmented, PolyaGamma, SuperGaussian, Tilt, log_cosh, tanh_ratio
+from .augmentation import Augmented, PolyaGamma, SuperGaussian, log_cosh_sqrt, tanh_ratio
 from .params import Parameter, positive
 from .quadrature import gauss_hermite, log_gauss_hermite
 from .validation import check_binary
@@ -346,8 +346,8 @@ class LogisticPoisson(Likelihood, Augmented):
 
     def aux_posterior(self, y, mean, var):
         c2 = mean**2 + var
-        log_n = jnp.log(self.rate.value) - 0.5 * mean - _LOG_2 - log_cosh(0.5 * jnp.sqrt(c2))
-        return PoissonTilt(c2, jnp.exp(log_n))
+        return PoissonTilt(c2, jnp.exp(jnp.log(self.rate.value) - 0.5 * mean - _LOG_2
+                                       - log_cosh_sqrt(c2)))
 
     def aux_sites(self, y, q_aux):
         b = y + q_aux.n_mean
@@ -360,14 +360,13 @@ class LogisticPoisson(Likelihood, Augmented):
         lam = self.rate.value
         opt = q_aux is None
         q = self.aux_posterior(y, mean, var) if opt else q_aux
-        c, mu = jnp.sqrt(q.c2), q.n_mean
+        mu, log_2cosh = q.n_mean, _LOG_2 + log_cosh_sqrt(q.c2)
         base = y * jnp.log(lam) - lam - gammaln(y + 1.0)
         if opt:
-            return base + 0.5 * y * mean - y * (_LOG_2 + log_cosh(0.5 * c)) + mu
-        e_w = 0.5 * (y + mu) * tanh_ratio(c)
+            return base + 0.5 * y * mean - y * log_2cosh + mu
+        e_w = 0.5 * (y + mu) * tanh_ratio(jnp.sqrt(q.c2))
         return (base + 0.5 * (y - mu) * mean - e_w * (mean**2 + var - q.c2)
-                - (y + mu) * (_LOG_2 + log_cosh(0.5 * c)) + mu * jnp.log(lam)
-                - mu * jnp.log(mu) + mu)
+                - (y + mu) * log_2cosh + mu * jnp.log(lam) - xlogy(mu, mu) + mu)
 
 
 class StudentT(Likelihood, Augmented):
@@ -571,8 +570,10 @@ class Matern32(Likelihood, Augmented):
         return SuperGaussian(jnp.log(0.25 * self._a()), 0.0, -y, 1.0)
 
     def _log_phi(self, y, t):
-        ac = self._a() * _sqrt_floor(t)
-        return jnp.log1p(ac) - ac
+        a = self._a()
+        ac = a * _sqrt_floor(t)
+        # log1p(x) - x = -x^2/2 + x^3/3 - ... : smooth in t at t = 0
+        return jnp.where(ac < 1e-5, -0.5 * a**2 * t + a**3 * t**1.5 / 3.0, jnp.log1p(ac) - ac)
 
     def _omega_mean(self, y, t):
         a = self._a()

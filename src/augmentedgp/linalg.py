@@ -20,7 +20,7 @@ from jax.scipy.linalg import solve_triangular
 from .errors import NotPositiveDefiniteError
 
 __all__ = [
-    "NotPositiveDefiniteError", "cholesky", "check_cholesky", "cho_solve", "solve_lower",
+    "NotPositiveDefiniteError", "cholesky", "cholesky_project", "check_cholesky", "cho_solve", "solve_lower",
     "solve_upper_t", "logdet_chol", "mvn_logpdf", "woodbury_solve", "lowrank_logdet",
     "lowrank_cholesky", "set_jitter_levels", "jitter_levels",
 ]
@@ -105,6 +105,45 @@ def _cholesky_jvp(primals, tangents):
     M = solve_triangular(L, solve_triangular(L, dA, lower=True).T, lower=True).T
     phi = jnp.tril(M) - 0.5 * jnp.diag(jnp.diagonal(M))
     return L, L @ phi
+
+
+def _phi(X):
+    """Lower triangle with the diagonal halved."""
+    return jnp.tril(X) - 0.5 * jnp.diag(jnp.diagonal(X))
+
+
+@jax.custom_vjp
+def cholesky_project(K, B):
+    """(L, L^-1 B) with L = cholesky(K): the factor and the whitened projection that every
+    sparse GP computes (Kmm, Kmn). Same values as ``cholesky`` and ``solve_lower``; the
+    reverse-mode rule is written out (Murray 2016, eq. 10, fused with the solve), which
+    is about twice as fast as transposing the Cholesky's forward-mode rule: with the
+    cotangents (Lb, Ab), Bb = L^-T Ab and
+    Kb = sym(L^-T Phi(L^T Lb - Ab A^T) L^-1), plus the moving jitter's share."""
+    L = _cholesky_jittered(K)[0]
+    return L, solve_triangular(L, B, lower=True)
+
+
+def _cholesky_project_fwd(K, B):
+    L, level = _cholesky_jittered(K)
+    A = solve_triangular(L, B, lower=True)
+    return (L, A), (L, A, level)
+
+
+def _cholesky_project_bwd(res, cts):
+    L, A, level = res
+    Lb, Ab = cts
+    Bb = solve_triangular(L, Ab, lower=True, trans="T")
+    X = _phi(L.T @ Lb - Ab @ A.T)
+    Y = solve_triangular(L, X, lower=True, trans="T")  # L^-T X
+    W = solve_triangular(L, Y.T, lower=True, trans="T").T  # L^-T X L^-1
+    Kb = 0.5 * (W + W.T)
+    # adjoint of dK -> dK + level mean(diag dK) I
+    n = Kb.shape[0]
+    return Kb + level * jnp.trace(Kb) / n * jnp.eye(n, dtype=Kb.dtype), Bb
+
+
+cholesky_project.defvjp(_cholesky_project_fwd, _cholesky_project_bwd)
 
 
 def check_cholesky(L, what: str = "covariance matrix"):

@@ -93,16 +93,23 @@ class SVGP(Predictive):
     # --- the bound ------------------------------------------------------------------------
 
     def project(self, X, full_cov: bool = False) -> Projection:
+        return self._project(X, full_cov)[0]
+
+    def _project(self, X, full_cov: bool = False, kl: bool = False):
+        """(Projection at X, KL(q(u) || p(u)) if ``kl`` else None)."""
         Z = self.inducing.value
         Kmm = self.kernel(Z)
-        Lmm = linalg.cholesky(Kmm)
         Kmn = self.kernel(Z, X)
-        A = linalg.solve_lower(Lmm, Kmn)
+        Lmm, A = linalg.cholesky_project(Kmm, Kmn)
         kdiag = self.kernel.diag(X)
-        Kxx = self.kernel(X) if full_cov else None
-        mean_g, var = self.q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx, full_cov)
+        if kl:
+            mean_g, var, kl_value = self.q.conditional_kl(Kmm, Lmm, Kmn, A, kdiag)
+        else:
+            Kxx = self.kernel(X) if full_cov else None
+            (mean_g, var), kl_value = self.q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx,
+                                                         full_cov), None
         m0 = self.mean(X)
-        return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var)
+        return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var), kl_value
 
     def prior_kl(self) -> jax.Array:
         """KL(q(u) || p(u))."""
@@ -119,9 +126,8 @@ class SVGP(Predictive):
     def _elbo_projection(self, X, y, scale, expectations):
         """(ELBO with the data term ``expectations(y, mean, var)`` scaled by ``scale``, the
         projection at X)."""
-        p = self.project(X)
-        data = jnp.sum(expectations(y, p.mean, p.var))
-        return scale * data - self.q.kl(p.Kmm, p.Lmm), p
+        p, kl = self._project(X, kl=True)
+        return scale * jnp.sum(expectations(y, p.mean, p.var)) - kl, p
 
     def _input_dim(self) -> int:
         if self.inducing is None:
@@ -226,8 +232,7 @@ class SGPR(eqx.Module):
     def _terms(self, X, y, method=None):
         method = method or self.method
         Z = self.inducing.value
-        Lmm = linalg.cholesky(self.kernel(Z))
-        A = linalg.solve_lower(Lmm, self.kernel(Z, X))
+        Lmm, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
         residual_var = self.kernel.diag(X) - jnp.sum(A**2, 0)  # diag(K - Q)
         s2 = self.likelihood.variance.value
         d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)

@@ -62,6 +62,10 @@ class QPosterior(eqx.Module):
     def kl(self, Kmm, Lmm):
         raise NotImplementedError
 
+    def conditional_kl(self, Kmm, Lmm, Kmn, A, kdiag):
+        """(marginal mean, marginal variance, KL): what the bound needs, sharing work."""
+        return (*self.conditional(Kmm, Lmm, Kmn, A, kdiag), self.kl(Kmm, Lmm))
+
     def whitened_natural(self, Lmm):
         """(theta1, P): P = Sv^-1 the precision of v and theta1 = P mv."""
         raise NotImplementedError
@@ -167,13 +171,25 @@ class NaturalQ(QPosterior):
         return linalg.cho_solve(Lp, theta1), Lp
 
     def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
-        mv, Lp = self._whitened(Lmm)  # Sv = Lp^-T Lp^-1, so R^T A = Lp^-1 A
+        return self._conditional(self._whitened(Lmm), A, kdiag, Kxx, full_cov)
+
+    @staticmethod
+    def _conditional(whitened, A, kdiag, Kxx=None, full_cov=False):
+        mv, Lp = whitened  # Sv = Lp^-T Lp^-1, so R^T A = Lp^-1 A
         return _marginals(A.T @ mv, linalg.solve_lower(Lp, A), A, kdiag, Kxx, full_cov)
 
     def kl(self, Kmm, Lmm):
-        mv, Lp = self._whitened(Lmm)
+        return self._kl(self._whitened(Lmm))
+
+    @staticmethod
+    def _kl(whitened):
+        mv, Lp = whitened
         Linv = linalg.solve_lower(Lp, jnp.eye(Lp.shape[0], dtype=Lp.dtype))
         return _gauss_kl_whitened(mv, jnp.sum(Linv**2), -linalg.logdet_chol(Lp))
+
+    def conditional_kl(self, Kmm, Lmm, Kmn, A, kdiag):
+        w = self._whitened(Lmm)  # one factorisation for both
+        return (*self._conditional(w, A, kdiag), self._kl(w))
 
     @property
     def num_params(self) -> int:
