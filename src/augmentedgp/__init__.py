@@ -29,8 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
-    "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "SitePosterior", "SparsePosterior", "History",
-    "augmentation", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference", "linalg", "params",
-    "schedules", "variational",
+    "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "SitePosterior", "SparsePosterior",
+    "History", "augmentation", "inducing", "kernels", "likelihoods", "means", "natgrad",
+    "inference", "linalg", "params", "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -1,6 +1,7 @@
 """Inference methods.
 
-Full GPs: exact (Gaussian likelihood), Laplace and expectation propagation. Each method's ``approximate(model, X, y)`` returns Gaussian sites (tau, nu) on g = f - m(X)
+Full GPs: exact (Gaussian likelihood), Laplace and expectation propagation. Each method's
+``approximate(model, X, y)`` returns Gaussian sites (tau, nu) on g = f - m(X)
 (stop-gradient) and the (approximate) log marginal likelihood, written so that ``jax.grad``
 of it is the exact gradient of the method's marginal likelihood with respect to all
 hyperparameters.

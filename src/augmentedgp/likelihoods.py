@@ -336,7 +336,8 @@ class LogisticPoisson(Likelihood, Augmented):
 
     def log_prob(self, y, f):
         lam = self.rate.value
-        return y * (jnp.log(lam) + jax.nn.log_sigmoid(f)) - lam * jax.nn.sigmoid(f) - gammaln(y + 1.0)
+        return (y * (jnp.log(lam) + jax.nn.log_sigmoid(f)) - lam * jax.nn.sigmoid(f)
+                - gammaln(y + 1.0))
 
     def conditional_mean(self, f):
         return self.rate.value * jax.nn.sigmoid(f)

@@ -20,8 +20,8 @@ from jax.scipy.linalg import solve_triangular
 from .errors import NotPositiveDefiniteError
 
 __all__ = [
-    "NotPositiveDefiniteError", "cholesky", "cholesky_project", "check_cholesky", "cho_solve", "solve_lower",
-    "solve_upper_t", "logdet_chol", "mvn_logpdf", "woodbury_solve", "lowrank_logdet",
+    "NotPositiveDefiniteError", "cholesky", "cholesky_project", "check_cholesky", "cho_solve",
+    "solve_lower", "solve_upper_t", "logdet_chol", "mvn_logpdf", "woodbury_solve", "lowrank_logdet",
     "lowrank_cholesky", "set_jitter_levels", "jitter_levels",
 ]
 
