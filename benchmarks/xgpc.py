@@ -81,7 +81,8 @@ LIKELIHOODS = {"classification": ("logistic",), "regression": ("studentt", "lapl
 LIK_NAME = {"logistic": "logistic", "studentt": "Student-t (df 3)", "laplace": "Laplace",
             "poisson": "Poisson", "negbin": "negative binomial"}
 CHUNK = 50  # augmentedgp's scan chunk (fit's default)
-AGP_Q = "whitened"  # q(u) parametrisation of augmentedgp's SVGP (its default)
+AGP_Q = {"AnalyticSVI": "natural_whitened",  # q(u) stored as natural parameters (AGP.jl's
+         "QuadratureSVI": "whitened"}        # choice); SVGP's default for quadrature
 OUTLIER_FRACTION, OUTLIER_SD = 0.05, 10.0  # regression: y += N(0, 10^2) on 5% of training rows
 STUDENT_DF = 3.0  # fixed in both libraries (GPflow's StudentT df is not a parameter)
 PEERS = ("gpflow", "gpytorch")
@@ -279,7 +280,7 @@ class AgpRunner:
         m0 = agp_mean0(prob, setup)
         mean = None if m0 is None else agp.means.Constant(m0)
         Z = agp.params.fixed(agp.params.real(setup.Z, "inducing"))
-        self.model0 = self.model = agp.SVGP(kernel, lik, Z, mean=mean, q=AGP_Q)
+        self.model0 = self.model = agp.SVGP(kernel, lik, Z, mean=mean, q=AGP_Q[method])
         if method == "AnalyticSVI":
             self.inference = agp.AnalyticSVI(setup.batch, step)
         else:
@@ -922,7 +923,8 @@ def report(args, all_res, total_s, load, vers) -> str:
         "augmentedgp only (GPflow has none).",
         "",
         "**Configurations.** augmentedgp `fit(SVGP, AnalyticSVI(100))` with the natural-"
-        f"parameter step {step_label(args)} (X-GPC; q(u) `{AGP_Q}`; jitted `lax.scan` chunks "
+        f"parameter step {step_label(args)} (X-GPC; q(u) `{AGP_Q['AnalyticSVI']}`; jitted "
+        "`lax.scan` chunks "
         f"of {args.chunk}) and `QuadratureSVI(100, 0.1)` (Gauss-Hermite sites, natural step 0.1) "
         "as a reference; GPflow SVGP (whitened): *NGD+Adam* = `NaturalGradient(gamma=0.1)` on "
         "(q_mu, q_sqrt) + Adam on the rest in one `tf.function` step (the natural-gradient "
