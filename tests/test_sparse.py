@@ -559,6 +559,30 @@ def test_schedules():
             make()
 
 
+def test_adaptive_schedule():
+    """Ranganath et al. (2013): rho = |E g|^2 / E|g|^2 of the averaged natural gradients.
+    Identical gradients (no minibatch noise) give rho = 1 once the averages start; gradients
+    that cancel give rho near 0; during the first init_steps the step is 0."""
+    ad = agp.schedules.Adaptive(init_steps=5)
+    d = jnp.asarray(np.random.default_rng(0).normal(size=7))
+    state, rhos = ad.init(7), []
+    for t in range(20):
+        rho, state = ad.rate(state, t, d)
+        rhos.append(float(rho))
+    assert rhos[:5] == [0.0] * 5
+    np.testing.assert_allclose(rhos[5:], 1.0, rtol=1e-12)
+    state, rhos = ad.init(7), []
+    for t in range(200):  # alternating signs: the running mean of g shrinks towards 0
+        rho, state = ad.rate(state, t, d * (-1.0) ** t)
+        rhos.append(float(rho))
+    assert 0.0 <= min(rhos) and max(rhos[5:]) <= 1.0 and rhos[-1] < 0.05
+    with pytest.raises(TypeError, match="rate"):
+        ad(3)
+    for bad in (0, 2.5, -1):
+        with pytest.raises(ValueError):
+            agp.schedules.Adaptive(bad)
+
+
 # --- 12. bad input ---------------------------------------------------------------------------
 
 
