@@ -22,6 +22,10 @@ def test_demo_runs_and_reports_sensible_metrics():
     acc = float(out.split("test accuracy")[1].split()[1])
     assert rmse < 2.0  # yacht: y has sd 15; a GP reaches ~1
     assert acc > 0.8  # a9a: 76% majority class
+    augmented = out.split("AnalyticSVI")[1]
+    assert float(augmented.split("test accuracy")[1].split()[1]) > 0.8
+    elbo = float(augmented.split("train ELBO")[1].split()[1])
+    assert float(augmented.split("augmented ELBO")[1].split()[1]) <= elbo  # Jensen
 
 
 def test_datasets():
