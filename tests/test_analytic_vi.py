@@ -808,3 +808,29 @@ def test_adaptive_step_size_reaches_the_cavi_optimum():
     assert np.all((0.0 <= rho) & (rho <= 1.0))
     got = svi.elbo(augmented=True)
     assert best - got <= 5e-3 * abs(best) and best - got < 0.05 * (best - prior)
+
+
+def test_hyper_every_updates_hyperparameters_only_every_kth_iteration():
+    """fit(..., hyper_every=3): iterations 1 and 2 are natural steps on q(u) alone, so after
+    3 iterations the hyperparameters are those after the first iteration (same minibatches),
+    while q(u) has moved on; with hyper_every=1 they move at every iteration."""
+    X, y = sparse_data("StudentT")
+    model = agp.SVGP(agp.kernels.Matern52(LS, KVAR), LIK.StudentT(3.0, 0.3),
+                     fixed(real(ZGRID)))
+    inf = agp.AnalyticSVI(20, 0.5)
+    fit = lambda n, k: agp.fit(model, X, y, inf, max_iter=n, tol=0.0, key=jax.random.key(0),
+                               hyper_every=k, learning_rate=0.05).model
+    one, three, three_every = fit(1, 1), fit(3, 3), fit(3, 1)
+    ls = lambda m: float(m.kernel.lengthscale.value)
+    assert ls(one) != LS and ls(three) == ls(one) and ls(three_every) != ls(one)
+    assert float(three.likelihood.scale.value) == float(one.likelihood.scale.value)
+    assert not np.allclose(three.q.mean_cov(*qargs(three))[0], one.q.mean_cov(*qargs(one))[0])
+    with pytest.raises(ValueError, match="hyper_every"):
+        agp.fit(model, X, y, inf, max_iter=2, hyper_every=0)
+    with pytest.raises(ValueError, match="natural"):
+        agp.fit(model, X, y, agp.QuadratureSVI(20, natural=False), max_iter=2, hyper_every=2)
+
+
+def qargs(model):
+    Kmm = model.kernel(jnp.asarray(model.inducing.value))
+    return Kmm, agp.linalg.cholesky(Kmm)

@@ -37,7 +37,7 @@ def _sgpr_objective(model, X, y):
 def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
         learning_rate: float | None = None, tol: float | None = None, n_restarts: int = 0,
         key=None, callback=None, verbose: bool = False, validation_data=None,
-        patience: int = 5, chunk_size: int = 50, window: int = 20):
+        patience: int = 5, chunk_size: int = 50, window: int = 20, hyper_every: int = 1):
     """Fit ``model`` to (X, y) and return its posterior (with ``history``).
 
     GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
@@ -53,11 +53,15 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
     the last ``window`` iterations changes by less than ``tol`` (relative) against the
     ``window`` before, or -- with ``validation_data=(X_val, y_val)`` -- when the held-out
     negative log predictive density has not improved for ``patience`` chunks of
-    ``chunk_size`` iterations (the best state is returned).
+    ``chunk_size`` iterations (the best state is returned). ``hyper_every=k`` takes the
+    optimizer step on the hyperparameters only every k-th iteration (AugmentedGaussian-
+    Processes.jl's ``atfrequency``); the others are natural steps on q(u) alone, without
+    a gradient pass.
     """
     if isinstance(model, GP | SGPR):
-        if validation_data is not None:
-            raise ValueError("validation_data is for the iterative SVGP / VGP fits")
+        if validation_data is not None or hyper_every != 1:
+            raise ValueError("validation_data and hyper_every are for the iterative SVGP / "
+                             "VGP fits")
         return _fit_marginal(model, X, y, inference, optimizer or "lbfgs", max_iter,
                              learning_rate or 0.05, 1e-9 if tol is None else tol, n_restarts,
                              key, callback, verbose)
@@ -67,7 +71,8 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
                              "augmentedgp.training.perturb(model, key) yourself")
         return _fit_variational(model, X, y, inference, optimizer or "adam", max_iter,
                                 learning_rate or 0.01, 1e-6 if tol is None else tol, key,
-                                callback, verbose, validation_data, patience, chunk_size, window)
+                                callback, verbose, validation_data, patience, chunk_size, window,
+                                hyper_every)
     raise TypeError(f"fit supports GP, SGPR, SVGP and VGP models, got {type(model).__name__}")
 
 
@@ -145,21 +150,32 @@ def _batch(X, y, t, key, perm, batch_size):
 def _vi_step(carry, args):
     """One iteration from (hyperparameters, q): an optimizer step on the hyperparameters
     (and on q(u) unless natural) and a natural-gradient step on q(u), both computed at the
-    current state from one shared projection of the minibatch."""
-    (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y) = carry, args
+    current state from one shared projection of the minibatch. With ``every`` > 1 the
+    optimizer step (and its gradient pass) is taken only when t % every == 0."""
+    (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y, every) = carry, args
     Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
     model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
     if inference.natural:
-        (value, p), grad = jax.value_and_grad(
-            lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference), has_aux=True)(hyp)
+        loss = lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference)
+
+        def with_hyper_step(_):
+            (value, p), grad = jax.value_and_grad(loss, has_aux=True)(hyp)
+            updates, state = opt.update(grad, opt_state, hyp)
+            return value, p, eqx.apply_updates(hyp, updates), state
+
+        def q_only(_):  # no gradient: the hyperparameters and optimizer state stay
+            return (*loss(hyp), hyp, opt_state)
+
+        value, p, new_hyp, opt_state = (
+            with_hyper_step(None) if every == 1
+            else lax.cond(t % every == 0, with_hyper_step, q_only, None))
         model = model_of(hyp, q)
         p = jax.tree_util.tree_map(lax.stop_gradient, p)
         beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean)
         new_q, rho, sched = scheduled_step(
             model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma, scale,
             lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites)
-        updates, opt_state = opt.update(grad, opt_state, hyp)
-        hyp, q = eqx.apply_updates(hyp, updates), partition_trainable(new_q)[0]
+        hyp, q = new_hyp, partition_trainable(new_q)[0]
     else:
         params = (hyp, q)
         value, grad = jax.value_and_grad(
@@ -177,7 +193,8 @@ def _heldout_nlpd(model, X, y):
 
 
 def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate, tol, key,
-                     callback, verbose, validation_data, patience, chunk_size, window):
+                     callback, verbose, validation_data, patience, chunk_size, window,
+                     hyper_every):
     if isinstance(model, VGP):
         model = model.bind(X)
     inference = inference if inference is not None else QuadratureVI()
@@ -187,6 +204,11 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     inference.check(model)
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if int(hyper_every) != hyper_every or hyper_every < 1:
+        raise ValueError(f"hyper_every must be a positive integer, got {hyper_every!r}")
+    if hyper_every > 1 and not inference.natural:
+        raise ValueError("hyper_every > 1 needs natural-gradient steps on q(u) (natural=True)")
+    hyper_every = int(hyper_every)
     Xa, ya = model._data(X, y)
     if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
         full = type(inference).__name__.replace("SVI", "VI")
@@ -204,9 +226,9 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     sched = inference.step_size.init(direction_size(q))
     carry = (hyp, q, opt_state, sched, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
     to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
-    carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya), to_model,
-                            max_iter=max_iter, tol=tol, chunk_size=chunk_size, window=window,
-                            callback=callback, verbose=verbose, monitor=monitor,
+    carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya, hyper_every),
+                            to_model, max_iter=max_iter, tol=tol, chunk_size=chunk_size,
+                            window=window, callback=callback, verbose=verbose, monitor=monitor,
                             patience=patience)
     return SparsePosterior(to_model(carry), Xa, ya, hist)
 
