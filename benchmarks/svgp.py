@@ -323,7 +323,22 @@ class StepRunner(Runner):
         pass
 
 
-class GpflowRunner(StepRunner):
+class GpflowState:
+    """Snapshot / restore of a GPflow model's and its Adam's variables (``self.model``,
+    ``self.adam``); shared with xgpc.py."""
+
+    def _variables(self):
+        return list(self.model.variables) + list(self.adam.variables)
+
+    def snapshot(self):
+        return [v.numpy() for v in self._variables()]
+
+    def restore(self, state):
+        for v, value in zip(self._variables(), state, strict=True):
+            v.assign(value)
+
+
+class GpflowRunner(GpflowState, StepRunner):
     lib = "gpflow"
 
     def __init__(self, data, setup, scheme):
@@ -358,15 +373,6 @@ class GpflowRunner(StepRunner):
         self.adam.build(m.trainable_variables)
         self.initial = self.snapshot()
 
-    def _variables(self):
-        return list(self.model.variables) + list(self.adam.variables)
-
-    def snapshot(self):
-        return [v.numpy() for v in self._variables()]
-
-    def restore(self, state):
-        for v, value in zip(self._variables(), state, strict=True):
-            v.assign(value)
 
     def predict(self):
         mean, var = self.model.predict_f(self.data.X_test)

@@ -429,7 +429,7 @@ if gpflow is not None:
             return tf.broadcast_to(2.0 * self.scale**2, tf.shape(F))
 
 
-class GpflowRunner(StepRunner):
+class GpflowRunner(base.GpflowState, StepRunner):
     lib = "gpflow"
 
     def __init__(self, prob: Problem, setup: Setup, scheme: str, ngd=None):
@@ -474,16 +474,6 @@ class GpflowRunner(StepRunner):
         self.step = step
         self.adam.build(m.trainable_variables)
         self.initial = self.snapshot()
-
-    def _variables(self):
-        return list(self.model.variables) + list(self.adam.variables)
-
-    def snapshot(self):
-        return [v.numpy() for v in self._variables()]
-
-    def restore(self, state):
-        for v, value in zip(self._variables(), state, strict=True):
-            v.assign(value)
 
     def predict(self):
         mean, var = self.model.predict_f(self.prob.data.X_test)
