@@ -372,7 +372,8 @@ def test_augmented_term_at_zero_variance_is_the_log_density():
         "NegativeBinomial": (LIK.NegativeBinomial(2.5), rng.poisson(3.0, n).astype(float),
                              lambda y, t: stats.nbinom.logpmf(y, 2.5, 1.0 - sig(t)), None),
     }
-    assert sorted(cases) == sorted(AUGMENTED)
+    assert sorted(cases) == sorted(a for a in AUGMENTED
+                                   if not issubclass(getattr(LIK, a), LIK.MultiLatent))
     for name, (lik, y, logp, kink) in cases.items():
         yj, fj = jnp.asarray(y), jnp.asarray(f)
         exact = np.asarray(lik.augmented_expectations(yj, fj, jnp.zeros(n)))

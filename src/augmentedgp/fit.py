@@ -119,13 +119,14 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
 # --- variational inference ---------------------------------------------------------------
 
 
-def _vi_loss(model, X, y, scale, inference):
-    return _vi_loss_aux(model, X, y, scale, inference)[0]
+def _vi_loss(model, X, y, scale, inference, key=None):
+    return _vi_loss_aux(model, X, y, scale, inference, key)[0]
 
 
-def _vi_loss_aux(model, X, y, scale, inference):
-    """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step."""
-    expectations = lambda yy, m, v: inference.expectations(model.likelihood, yy, m, v)
+def _vi_loss_aux(model, X, y, scale, inference, key=None):
+    """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step.
+    ``key`` seeds Monte Carlo expectations (softmax likelihoods)."""
+    expectations = lambda yy, m, v: inference.expectations(model.likelihood, yy, m, v, key)
     elbo, p = model._elbo_projection(X, y, scale, expectations)
     return -(elbo + log_prior(model)), p
 
@@ -154,9 +155,10 @@ def _vi_step(carry, args):
     optimizer step (and its gradient pass) is taken only when t % every == 0."""
     (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y, every) = carry, args
     Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
+    mc_key = jax.random.fold_in(key, t)  # Monte Carlo likelihoods; leaves the batch stream
     model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
     if inference.natural:
-        loss = lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference)
+        loss = lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference, mc_key)
 
         def with_hyper_step(_):
             (value, p), grad = jax.value_and_grad(loss, has_aux=True)(hyp)
@@ -171,15 +173,16 @@ def _vi_step(carry, args):
             else lax.cond(t % every == 0, with_hyper_step, q_only, None))
         model = model_of(hyp, q)
         p = jax.tree_util.tree_map(lax.stop_gradient, p)
-        beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean)
+        beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean, mc_key)
         new_q, rho, sched = scheduled_step(
             model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma, scale,
-            lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites)
+            lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites,
+            model.num_latent > 1)
         hyp, q = new_hyp, partition_trainable(new_q)[0]
     else:
         params = (hyp, q)
         value, grad = jax.value_and_grad(
-            lambda hq: _vi_loss(model_of(*hq), Xb, yb, scale, inference))(params)
+            lambda hq: _vi_loss(model_of(*hq), Xb, yb, scale, inference, mc_key))(params)
         updates, opt_state = opt.update(grad, opt_state, params)
         hyp, q = eqx.apply_updates(params, updates)
         rho = jnp.nan
@@ -223,7 +226,7 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
     opt = optax_optimizer(optimizer, learning_rate)
     opt_state = opt.init(hyp if inference.natural else (hyp, q))
-    sched = inference.step_size.init(direction_size(q))
+    sched = inference.step_size.init(direction_size(q, model.num_latent))
     carry = (hyp, q, opt_state, sched, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
     to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
     carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya, hyper_every),

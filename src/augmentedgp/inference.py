@@ -29,7 +29,7 @@ from .schedules import RobbinsMonro, Schedule, as_schedule
 sg = lax.stop_gradient
 
 AUGMENTED = ("Gaussian", "Logistic", "BayesianSVM", "StudentT", "Laplace", "Matern32",
-             "LogisticPoisson", "NegativeBinomial")
+             "LogisticPoisson", "NegativeBinomial", "LogisticSoftmax", "HeteroscedasticGaussian")
 
 
 class Exact(eqx.Module):
@@ -262,13 +262,14 @@ class QuadratureVI(_VariationalInference):
         if n_points < 1:
             raise ValueError(f"n_points must be >= 1, got {n_points}")
 
-    def expectations(self, likelihood, y, mean, var):
-        """E_q[log p(y_i | f_i)] at the marginals of q(f)."""
-        return likelihood.variational_expectations(y, mean, var, self.n_points)
+    def expectations(self, likelihood, y, mean, var, key=None):
+        """E_q[log p(y_i | f_i)] at the marginals of q(f) (``key`` seeds Monte Carlo
+        likelihoods such as the softmax)."""
+        return likelihood.variational_expectations(y, mean, var, self.n_points, key)
 
-    def sites(self, likelihood, y, mean, var, prior_mean):
+    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
         """Gaussian sites (beta, gamma) of the data at the current marginals of q(f)."""
-        return quadrature_sites(likelihood, y, mean, var, prior_mean, self.n_points)
+        return quadrature_sites(likelihood, y, mean, var, prior_mean, self.n_points, key)
 
 
 class QuadratureSVI(QuadratureVI):
@@ -306,11 +307,11 @@ class AnalyticVI(_VariationalInference):
                              f"{', '.join(AUGMENTED)}); use QuadratureVI for "
                              f"{type(model.likelihood).__name__}")
 
-    def expectations(self, likelihood, y, mean, var):
-        """The augmented data term at the optimal q(w)."""
+    def expectations(self, likelihood, y, mean, var, key=None):
+        """The augmented data term at the optimal q(w) (closed form: no key needed)."""
         return likelihood.augmented_expectations(y, mean, var)
 
-    def sites(self, likelihood, y, mean, var, prior_mean):
+    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
         """E_{q(w)} of the augmented sites, q(w) optimal given the marginals of q(f); beta
         is shifted to the latent g = f - prior_mean that the natural step works on."""
         beta, gamma = likelihood.aux_sites(y, likelihood.aux_posterior(y, mean, var))

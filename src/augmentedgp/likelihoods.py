@@ -23,7 +23,7 @@ from jax.scipy.special import erf, gammaln, log_ndtr, ndtr, xlogy
 from .augmentation import Augmented, PolyaGamma, SuperGaussian, log_cosh_sqrt, tanh_ratio
 from .params import Parameter, positive
 from .quadrature import gauss_hermite, log_gauss_hermite
-from .validation import check_binary
+from .validation import check_binary, check_y
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -55,14 +55,19 @@ class Likelihood(eqx.Module):
         """Validated targets in the internal encoding (raises ValueError)."""
         return y
 
+    def targets(self, y, n: int, name: str = "y"):
+        """``check_targets`` of a numeric vector of n targets (an (n, 1) column is accepted)."""
+        return self.check_targets(check_y(y, n, name))
+
     def predictive_log_prob(self, y, mean, var):
         """log int p(y|f) N(f | mean, var) df, elementwise (100-point Gauss-Hermite in log
         space: ~1e-12 relative for a likelihood as narrow as a third of the latent sd)."""
         return log_gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var)
 
-    def variational_expectations(self, y, mean, var, n: int = 20):
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
         """E_{N(f | mean, var)}[log p(y | f)], elementwise: the data term of the ELBO
-        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes unless a closed form exists."""
+        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes unless a closed form exists;
+        ``key`` seeds the likelihoods that use Monte Carlo (ignored by the others)."""
         return gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var, n)
 
     def conditional_mean(self, f):
@@ -109,7 +114,7 @@ class Gaussian(Likelihood, Augmented):
         v = var + self.variance.value
         return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v)
 
-    def variational_expectations(self, y, mean, var, n: int = 20):
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
         s2 = self.variance.value  # closed form (seed 001 A.4)
         return -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2)
 
@@ -295,7 +300,7 @@ class Poisson(Likelihood):
         return jnp.broadcast_to(-self.binsize * jnp.exp(f),
                                 jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
 
-    def variational_expectations(self, y, mean, var, n: int = 20):
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
         # E[e^f] = exp(m + v/2) (lognormal mean)
         return (y * (mean + math.log(self.binsize)) - self.binsize * jnp.exp(mean + 0.5 * var)
                 - gammaln(y + 1.0))
@@ -404,7 +409,7 @@ class StudentT(Likelihood, Augmented):
         return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
                 - jnp.log(self.scale.value))
 
-    def variational_expectations(self, y, mean, var, n: int = 256):
+    def variational_expectations(self, y, mean, var, n: int = 256, key=None):
         """Accurate for any variance (Gauss-Hermite is not once sqrt(var) >~ scale sqrt(df):
         the integrand has poles at f = y +- i scale sqrt(df)). ``n``: trapezoid nodes.
 
@@ -496,7 +501,7 @@ class Laplace(Likelihood, Augmented):
         # zero away from the kink at f = y (log-concave, but not strictly)
         return jnp.zeros(jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
 
-    def variational_expectations(self, y, mean, var, n: int = 20):
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
         b = self.scale.value
         d = y - mean
         pos = var > 0.0
@@ -607,7 +612,7 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     def hess_log_prob(self, y, f):
         return -(y + self.r.value) * jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
 
-    def variational_expectations(self, y, mean, var, n: int = 64):
+    def variational_expectations(self, y, mean, var, n: int = 64, key=None):
         # 20 nodes leave ~1e-7 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-10 at var = 4
         return super().variational_expectations(y, mean, var, n)
 
@@ -660,7 +665,7 @@ class Gamma(Likelihood):
     def hess_log_prob(self, y, f):
         return -self.shape.value * y * jnp.exp(-f)
 
-    def variational_expectations(self, y, mean, var, n: int = 20):
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
         k = self.shape.value
         # E[e^{-f}] = exp(-m + v/2)
         return (k * (jnp.log(k) - mean) - gammaln(k) + (k - 1.0) * jnp.log(y)
@@ -700,7 +705,7 @@ class Beta(Likelihood):
         return (gammaln(phi) - gammaln(a) - gammaln(b) + (a - 1.0) * jnp.log(y)
                 + (b - 1.0) * jnp.log1p(-y))
 
-    def variational_expectations(self, y, mean, var, n: int = 64):
+    def variational_expectations(self, y, mean, var, n: int = 64, key=None):
         # 20 nodes leave ~1e-6 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-9 at var = 4
         return super().variational_expectations(y, mean, var, n)
 
@@ -709,3 +714,5 @@ class Beta(Likelihood):
 
     def conditional_variance(self, f):
         return jax.nn.sigmoid(f) * jax.nn.sigmoid(-f) / (1.0 + self.precision.value)
+
+

@@ -14,7 +14,7 @@ from .kernels import Kernel
 from .likelihoods import Gaussian, Likelihood
 from .means import Mean, Zero
 from .posterior import SitePosterior, site_factors
-from .validation import check_X, check_y
+from .validation import check_X
 
 
 class GP(eqx.Module):
@@ -39,6 +39,9 @@ class GP(eqx.Module):
             likelihood = Gaussian(1.0 if noise is None else noise)
         if not isinstance(likelihood, Likelihood):
             raise ValueError(f"likelihood must be an augmentedgp likelihood, got {likelihood!r}")
+        if getattr(likelihood, "num_latent", 1) > 1:
+            raise ValueError(f"{type(likelihood).__name__} has several latent functions: use "
+                             "SVGP or VGP")
         self.kernel = kernel
         self.likelihood = likelihood
         self.mean = Zero() if mean is None else mean
@@ -54,7 +57,7 @@ class GP(eqx.Module):
 
     def _data(self, X, y):
         X = check_X(X)
-        y = self.likelihood.check_targets(check_y(y, X.shape[0]))
+        y = self.likelihood.targets(y, X.shape[0])
         return jnp.asarray(X), jnp.asarray(y)
 
     def log_marginal_likelihood(self, X, y, inference=None) -> float:

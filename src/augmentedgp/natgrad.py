@@ -32,9 +32,9 @@ from .variational import SiteQ
 _MAX_HALVINGS = 30
 
 
-def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int = 20):
+def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int = 20, key=None):
     """(beta, gamma) from the derivatives of E_q[log p(y|f)] at the current marginals."""
-    gm, gv = jax.grad(lambda m, v: jnp.sum(likelihood.variational_expectations(y, m, v, n)),
+    gm, gv = jax.grad(lambda m, v: jnp.sum(likelihood.variational_expectations(y, m, v, n, key)),
                       (0, 1))(mean, var)
     gamma = -2.0 * gv
     return gm + gamma * (mean - prior_mean), gamma
@@ -61,46 +61,84 @@ def _backoff(ok_at, rho):
     return jnp.where(k < _MAX_HALVINGS, r, 0.0)
 
 
-def natural_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rho, psd: bool = False):
+def natural_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rho, psd: bool = False,
+                 multi: bool = False):
     """q after one natural-gradient step of size rho towards the sites; returns (q, rho).
 
     ``psd=True`` promises gamma >= 0 (augmented sites): the target precision is then
     positive definite and so is every step with rho <= 1, and the back-off is skipped."""
-    q, rho, _ = scheduled_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale,
-                               lambda direction: (rho, None), psd)
+    q, rho, _ = scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale,
+                               lambda direction: (rho, None), psd, multi)
     return q, rho
 
 
-def scheduled_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate, psd: bool = False):
+def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bool = False,
+                   multi: bool = False):
     """As :func:`natural_step` with the step size from ``rate(direction) -> (rho, aux)``,
     where direction is the flattened natural gradient (target minus current whitened
-    natural parameters, or the site family's Fisher step); returns (q, rho, aux)."""
+    natural parameters, or the site family's Fisher step); returns (q, rho, aux).
+
+    ``multi``: several latent functions. q and the projection (Kmm, ..., kdiag) carry a
+    leading latent axis, beta and gamma are (n, C); every latent takes its own step
+    (vmapped), with one step size from the concatenated direction."""
+    per_latent = (lambda f, axes: jax.vmap(f, in_axes=axes)) if multi else (lambda f, axes: f)
+    if multi:
+        beta, gamma = beta.T, gamma.T
+    direction, state = per_latent(_direction, (0,) * 8 + (None,))(
+        q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale)
+    rho, aux = rate(direction.ravel())
+    if isinstance(q, SiteQ) or not psd:
+        rho = _backoff(lambda r: jnp.all(per_latent(_valid, (0, 0, None))(q, state, r)), rho)
+    return per_latent(_apply, (0, 0, None, 0))(q, state, rho, Lmm), rho, aux
+
+
+def _direction(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):
+    """(the natural-gradient direction, flattened; the state _valid and _apply need)."""
     if isinstance(q, SiteQ):
-        return _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate)
+        step = _site_fisher_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale)
+        return step, step
     theta1, P = q.whitened_natural(Lmm)
     target1 = A @ (scale * beta)
     targetP = jnp.eye(P.shape[0], dtype=P.dtype) + (A * (scale * gamma)) @ A.T
-    rho, aux = rate(jnp.concatenate([target1 - theta1, (targetP - P).ravel()]))
-    mix = lambda r: ((1 - r) * theta1 + r * target1, (1 - r) * P + r * targetP)
-    if not psd:
-        rho = _backoff(lambda r: _is_pd(mix(r)[1]), rho)
-    new1, newP = mix(rho)
-    return q.from_whitened_natural(new1, newP, Lmm), rho, aux
+    return (jnp.concatenate([target1 - theta1, (targetP - P).ravel()]),
+            (theta1, P, target1, targetP))
 
 
-def direction_size(q) -> int:
+def _mix(state, r):
+    theta1, P, target1, targetP = state
+    return (1 - r) * theta1 + r * target1, (1 - r) * P + r * targetP
+
+
+def _valid(q, state, r):
+    """Whether the step r keeps q a distribution (P positive definite; site g > 0)."""
+    if isinstance(q, SiteQ):
+        return jnp.all(q.g.value + r * state[q.lam.value.shape[0]:] > 0)
+    return _is_pd(_mix(state, r)[1])
+
+
+def _apply(q, state, r, Lmm):
+    if isinstance(q, SiteQ):
+        M = q.lam.value.shape[0]
+        return dataclasses.replace(
+            q, lam=dataclasses.replace(q.lam, raw=q.lam.value + r * state[:M]),
+            g=dataclasses.replace(q.g, raw=q.g.transform.inverse(q.g.value + r * state[M:])))
+    return q.from_whitened_natural(*_mix(state, r), Lmm)
+
+
+def direction_size(q, num_latent: int = 1) -> int:
     """Length of the direction that ``scheduled_step`` passes to ``rate``."""
-    M = q.num_inducing
-    return 2 * M if isinstance(q, SiteQ) else M + M * M
+    M = jax.tree_util.tree_leaves(q)[0].shape[-1]  # every q field leads with M (per latent)
+    return num_latent * (2 * M if isinstance(q, SiteQ) else M + M * M)
 
 
-def _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate):
+def _site_fisher_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):
+    """F^-1 grad of the ELBO in the site coordinates (lam, g) (seed 001 A.8.2)."""
     lam, g = q.lam.value, q.g.value
 
     def elbo(lam, g):
         qq = dataclasses.replace(q, lam=dataclasses.replace(q.lam, raw=lam),
                                  g=dataclasses.replace(q.g, raw=q.g.transform.inverse(g)))
-        mean_g, var = qq.conditional(Kmm, Lmm, Kmb, A, kdiag)
+        mean_g, var = qq.conditional(Kmm, Lmm, Kmn, A, kdiag)
         return scale * site_objective(beta, gamma, mean_g, var) - qq.kl(Kmm, Lmm)
 
     grad = jnp.concatenate(jax.grad(elbo, (0, 1))(lam, g))
@@ -108,14 +146,7 @@ def _site_step(q, Kmm, Lmm, Kmb, A, kdiag, beta, gamma, scale, rate):
     # Fisher of the sub-family with sufficient statistics (u_i, -u_j^2 / 2) (seed 001 A.8.2)
     F = jnp.block([[S, -S * m[None, :]], [-(S * m[None, :]).T, 0.5 * S**2 + S * jnp.outer(m, m)]])
     step = linalg.cho_solve(linalg.cholesky(0.5 * (F + F.T)), grad)
-    step = jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
-    rho, aux = rate(step)
-    M = lam.shape[0]
-    rho = _backoff(lambda r: jnp.all(g + r * step[M:] > 0), rho)
-    new_lam, new_g = lam + rho * step[:M], g + rho * step[M:]
-    q = dataclasses.replace(q, lam=dataclasses.replace(q.lam, raw=new_lam),
-                            g=dataclasses.replace(q.g, raw=q.g.transform.inverse(new_g)))
-    return q, rho, aux
+    return jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
 
 
 __all__ = ["natural_step", "scheduled_step", "direction_size", "quadrature_sites",

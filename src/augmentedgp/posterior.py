@@ -14,9 +14,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import linalg
-from .validation import check_X, check_y
+from .validation import check_X
 
 
 def system_factor(K, tau):
@@ -50,23 +51,38 @@ class Predictive(eqx.Module):
         return self.likelihood.predict_y(*self.predict_f(Xnew))
 
     def predict_proba(self, Xnew):
-        """p(y = +1 | Xnew, data) (n*,), averaged over the latent posterior. Binary only."""
+        """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
+        (n*, C) for multi-class ones, averaged over the latent posterior."""
         if not hasattr(self.likelihood, "predict_proba"):
-            raise TypeError(f"predict_proba needs a binary likelihood, not {self.likelihood}")
+            raise TypeError(f"predict_proba needs a classification likelihood, not "
+                            f"{self.likelihood}")
         return self.likelihood.predict_proba(*self.predict_f(Xnew))
 
     def predict_log_density(self, Xnew, ynew):
         """log p(y* | x*, data) = log int p(y*|f) q(f) df per test point (n*,)."""
         Xnew = self._check_new(Xnew)
-        ynew = jnp.asarray(self.likelihood.check_targets(check_y(ynew, Xnew.shape[0], "ynew")))
+        ynew = jnp.asarray(self.likelihood.targets(ynew, Xnew.shape[0], "ynew"))
         return self.likelihood.predictive_log_prob(ynew, *self.predict_f(Xnew))
 
     def sample_f(self, key, Xnew, n_samples: int = 1):
-        """Joint posterior samples of f at Xnew, shape (n_samples, n*)."""
+        """Joint posterior samples of f at Xnew, shape (n_samples, n*) -- or
+        (n_samples, n*, C) for C latent functions (independent across latents)."""
         mean, cov = self.predict_f(Xnew, full_cov=True)
-        Lc = linalg.check_cholesky(linalg.cholesky(cov), "posterior covariance at Xnew")
-        eps = jax.random.normal(key, (n_samples, mean.shape[0]), dtype=mean.dtype)
-        return mean + eps @ Lc.T
+        single = mean.ndim == 1
+        if single:
+            mean, cov = mean[:, None], cov[None]
+        Lc = linalg.check_cholesky(jax.vmap(linalg.cholesky)(cov), "posterior covariance at Xnew")
+        eps = jax.random.normal(key, (n_samples, *mean.shape), dtype=mean.dtype)
+        samples = mean + jnp.einsum("cij,sjc->sic", Lc, eps)
+        return samples[..., 0] if single else samples
+
+    def predict_class(self, Xnew):
+        """The most probable class label at each row of Xnew (multi-class likelihoods),
+        in the labels the likelihood was given."""
+        classes = getattr(self.likelihood, "classes", None)
+        if classes is None:
+            raise TypeError(f"predict_class needs a multi-class likelihood, not {self.likelihood}")
+        return np.asarray(classes)[np.argmax(np.asarray(self.predict_proba(Xnew)), axis=1)]
 
 
 class SitePosterior(Predictive):

@@ -49,14 +49,35 @@ def _inducing_parameter(Z) -> Parameter:
 
 
 def _check_kernel_likelihood(kernel, likelihood):
-    if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel must be an augmentedgp kernel, got {type(kernel).__name__}")
     if not isinstance(likelihood, Likelihood):
         raise ValueError(f"likelihood must be an augmentedgp likelihood, got {likelihood!r}")
+    kernels = kernel if isinstance(kernel, list | tuple) else [kernel]
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise ValueError(f"kernel must be an augmentedgp kernel, got {type(k).__name__}")
+
+
+def _stack(items, what: str, num_latent: int):
+    """One module whose leaves lead with the latent axis, from one module per latent."""
+    items = list(items)
+    if num_latent == 1:
+        raise ValueError(f"a list of {what}s is for likelihoods with several latent functions")
+    if len(items) != num_latent:
+        raise ValueError(f"give one {what} per latent function ({num_latent}), got {len(items)}")
+    if len({jax.tree_util.tree_structure(x) for x in items}) != 1:
+        raise ValueError(f"the per-latent {what}s must have the same type and settings "
+                         "(trainable / fixed, priors) so that they can be stacked")
+    try:
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *items)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"the per-latent {what}s must have parameters of equal shapes: {err}") \
+            from None
 
 
 class Projection(NamedTuple):
-    """Everything the bound and the natural-gradient step need at the points X."""
+    """Everything the bound and the natural-gradient step need at the points X. With C
+    latent functions every field leads with the latent axis, except prior_mean, mean and
+    var, which are (n, C) (var is (C, n, n) with full_cov)."""
 
     Kmm: jax.Array
     Lmm: jax.Array
@@ -74,6 +95,12 @@ class SVGP(Predictive):
     ``inducing``: (M, d) array (trained by default) or a Parameter (``params.fixed`` to
     freeze it). ``q``: "whitened" (default), "cholesky", "natural", "natural_whitened",
     "site" or a :class:`~augmentedgp.variational.QPosterior`; it starts at the prior.
+
+    A likelihood with C > 1 latent functions (multi-class, heteroscedastic) gets C
+    independent GPs with shared inducing inputs and one q(u^c) each, stored stacked (every
+    q leaf leads with the latent axis) and handled by ``vmap``. ``kernel`` (and ``mean``)
+    is then one module shared by all latents or a list of C modules of one type, stacked
+    likewise; predictions are (n, C).
     """
 
     kernel: Kernel
@@ -81,14 +108,53 @@ class SVGP(Predictive):
     mean: Mean
     inducing: Parameter | None
     q: QPosterior | None
+    latent_kernels: bool = eqx.field(static=True, default=False)
+    latent_means: bool = eqx.field(static=True, default=False)
 
     def __init__(self, kernel, likelihood, inducing, *, mean=None, q="whitened"):
-        _check_kernel_likelihood(kernel, likelihood)
-        self.kernel, self.likelihood = kernel, likelihood
-        self.mean = Zero() if mean is None else mean
+        self._set_prior(kernel, likelihood, mean)
         self.inducing = _inducing_parameter(inducing)
-        Lmm = linalg.cholesky(kernel(jnp.asarray(self.inducing.value)))
-        self.q = make_q(q, Lmm)
+        self.q = self._initial_q(q, jnp.asarray(self.inducing.value))
+
+    def _set_prior(self, kernel, likelihood, mean):
+        _check_kernel_likelihood(kernel, likelihood)
+        C = getattr(likelihood, "num_latent", 1)
+        self.latent_kernels = isinstance(kernel, list | tuple)
+        self.kernel = _stack(kernel, "kernel", C) if self.latent_kernels else kernel
+        self.likelihood = likelihood
+        self.latent_means = isinstance(mean, list | tuple)
+        self.mean = (_stack(mean, "mean", C) if self.latent_means
+                     else Zero() if mean is None else mean)
+
+    def _initial_q(self, kind, Z):
+        """q at the prior (one per latent), or the given QPosterior after a shape check."""
+        make = lambda k: make_q(kind, linalg.cholesky(k(Z)))
+        C = self.num_latent
+        if C == 1:
+            return make(self.kernel)
+        if isinstance(kind, QPosterior):
+            lead = {leaf.shape[0] for leaf in jax.tree_util.tree_leaves(kind)}
+            if lead != {C}:
+                raise ValueError(f"q for {C} latent functions must have leaves leading with "
+                                 f"the latent axis of size {C}")
+            return kind
+        if self.latent_kernels:  # construction only: the training step is vmapped
+            kernels = [jax.tree_util.tree_map(lambda x, c=c: x[c], self.kernel) for c in range(C)]
+            return _stack([make(k) for k in kernels], "q", C)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (C, *x.shape)),
+                                      make(self.kernel))
+
+    @property
+    def num_latent(self) -> int:
+        """The number of latent functions C."""
+        return getattr(self.likelihood, "num_latent", 1)
+
+    def _latent_map(self, fn):
+        """fn(kernel, mean, q) for each latent function: vmapped over the stacked ones."""
+        if self.num_latent == 1:
+            return fn(self.kernel, self.mean, self.q)
+        axes = (0 if self.latent_kernels else None, 0 if self.latent_means else None, 0)
+        return jax.vmap(fn, in_axes=axes)(self.kernel, self.mean, self.q)
 
     # --- the bound ------------------------------------------------------------------------
 
@@ -98,25 +164,38 @@ class SVGP(Predictive):
     def _project(self, X, full_cov: bool = False, kl: bool = False):
         """(Projection at X, KL(q(u) || p(u)) if ``kl`` else None)."""
         Z = self.inducing.value
-        Kmm = self.kernel(Z)
-        Kmn = self.kernel(Z, X)
-        Lmm, A = linalg.cholesky_project(Kmm, Kmn)
-        kdiag = self.kernel.diag(X)
-        if kl:
-            mean_g, var, kl_value = self.q.conditional_kl(Kmm, Lmm, Kmn, A, kdiag)
-        else:
-            Kxx = self.kernel(X) if full_cov else None
-            (mean_g, var), kl_value = self.q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx,
-                                                         full_cov), None
-        m0 = self.mean(X)
-        return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var), kl_value
+
+        def one(kernel, mean, q):
+            Kmm = kernel(Z)
+            Kmn = kernel(Z, X)
+            Lmm, A = linalg.cholesky_project(Kmm, Kmn)
+            kdiag = kernel.diag(X)
+            if kl:
+                mean_g, var, kl_value = q.conditional_kl(Kmm, Lmm, Kmn, A, kdiag)
+            else:
+                Kxx = kernel(X) if full_cov else None
+                (mean_g, var), kl_value = q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx,
+                                                        full_cov), jnp.zeros(())
+            m0 = mean(X)
+            return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var), kl_value
+
+        p, kl_value = self._latent_map(one)
+        if self.num_latent > 1:
+            p = p._replace(prior_mean=p.prior_mean.T, mean=p.mean.T,
+                           var=p.var if full_cov else p.var.T)
+            kl_value = jnp.sum(kl_value)
+        return p, (kl_value if kl else None)
 
     def prior_kl(self) -> jax.Array:
-        """KL(q(u) || p(u))."""
+        """KL(q(u) || p(u)) (summed over the latent functions)."""
         self._input_dim()
         Z = self.inducing.value
-        Kmm = self.kernel(Z)
-        return self.q.kl(Kmm, linalg.cholesky(Kmm))
+
+        def one(kernel, mean, q):
+            Kmm = kernel(Z)
+            return q.kl(Kmm, linalg.cholesky(Kmm))
+
+        return jnp.sum(self._latent_map(one))
 
     def _elbo(self, X, y, scale=1.0, augmented: bool = False):
         expectations = (self.likelihood.augmented_expectations if augmented
@@ -137,7 +216,7 @@ class SVGP(Predictive):
 
     def _data(self, X, y, name="X"):
         X = check_X(X, name, d=self._input_dim())
-        y = self.likelihood.check_targets(check_y(y, X.shape[0], "y" if name == "X" else "ynew"))
+        y = self.likelihood.targets(y, X.shape[0], "y" if name == "X" else "ynew")
         return jnp.asarray(X), jnp.asarray(y)
 
     def elbo(self, X, y, num_data: int | None = None, augmented: bool = False) -> float:
@@ -156,7 +235,8 @@ class SVGP(Predictive):
         return jnp.asarray(check_X(Xnew, "Xnew", d=self._input_dim()))
 
     def predict_f(self, Xnew, full_cov: bool = False):
-        """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov."""
+        """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov;
+        with C latent functions (n*, C) and (n*, C), or (C, n*, n*)."""
         return _predict_f(self, self._check_new(Xnew), full_cov)
 
     @property
@@ -172,9 +252,7 @@ class VGP(SVGP):
     q_kind: str = eqx.field(static=True, default="whitened")
 
     def __init__(self, kernel, likelihood, *, mean=None, q: str = "whitened"):
-        _check_kernel_likelihood(kernel, likelihood)
-        self.kernel, self.likelihood = kernel, likelihood
-        self.mean = Zero() if mean is None else mean
+        self._set_prior(kernel, likelihood, mean)
         make_q(q, jnp.eye(1))  # validates the kind
         self.inducing, self.q, self.q_kind = None, None, q
 
@@ -184,9 +262,9 @@ class VGP(SVGP):
         X = check_X(X)
         if self.inducing is not None and np.array_equal(np.asarray(self.inducing.value), X):
             return self
-        Lmm = linalg.cholesky(self.kernel(jnp.asarray(X)))
         return eqx.tree_at(lambda m: (m.inducing, m.q), self,
-                           (fixed(real(X, "inducing")), make_q(self.q_kind, Lmm)),
+                           (fixed(real(X, "inducing")), self._initial_q(self.q_kind,
+                                                                        jnp.asarray(X))),
                            is_leaf=lambda x: x is None)
 
 
