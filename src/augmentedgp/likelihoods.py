@@ -716,3 +716,14 @@ class Beta(Likelihood):
         return jax.nn.sigmoid(f) * jax.nn.sigmoid(-f) / (1.0 + self.precision.value)
 
 
+
+
+# several latent functions: multi-class and heteroscedastic (they build on the classes above)
+from .multilatent import (  # noqa: E402, F401
+    Categorical,
+    HeteroscedasticGaussian,
+    LogisticSoftmax,
+    MultiLatent,
+    RobustMax,
+    Softmax,
+)
