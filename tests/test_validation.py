@@ -69,7 +69,7 @@ def test_prediction_inputs_are_checked():
         post.predict_y(np.full((3, 2), np.nan))
     with pytest.raises(ValueError, match="ynew has 2 entries"):
         post.predict_log_density(np.zeros((3, 2)), np.zeros(2))
-    with pytest.raises(TypeError, match="binary likelihood"):
+    with pytest.raises(TypeError, match="classification likelihood"):
         post.predict_proba(np.zeros((3, 2)))
 
 

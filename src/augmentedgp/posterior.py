@@ -54,8 +54,8 @@ class Predictive(eqx.Module):
         """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
         (n*, C) for multi-class ones, averaged over the latent posterior."""
         if not hasattr(self.likelihood, "predict_proba"):
-            raise TypeError(f"predict_proba needs a classification likelihood, not "
-                            f"{self.likelihood}")
+            raise TypeError("predict_proba needs a classification likelihood (binary or "
+                            f"multi-class), not {self.likelihood}")
         return self.likelihood.predict_proba(*self.predict_f(Xnew))
 
     def predict_log_density(self, Xnew, ynew):
