@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import linalg
-from .variational import SiteQ
+from .variational import SiteQ, map_latents
 
 _MAX_HALVINGS = 30
 
@@ -80,16 +80,18 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
 
     ``multi``: several latent functions. q and the projection (Kmm, ..., kdiag) carry a
     leading latent axis, beta and gamma are (n, C); every latent takes its own step
-    (vmapped), with one step size from the concatenated direction."""
-    per_latent = (lambda f, axes: jax.vmap(f, in_axes=axes)) if multi else (lambda f, axes: f)
+    (``variational.map_latents``), with one step size from the concatenated direction."""
     if multi:
         beta, gamma = beta.T, gamma.T
-    direction, state = per_latent(_direction, (0,) * 8 + (None,))(
-        q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale)
+        each = lambda fn, args, mapped: map_latents(fn, args, mapped)
+    else:
+        each = lambda fn, args, mapped: fn(*args)
+    direction, state = each(_direction, (q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale),
+                            (True,) * 8 + (False,))
     rho, aux = rate(direction.ravel())
     if isinstance(q, SiteQ) or not psd:
-        rho = _backoff(lambda r: jnp.all(per_latent(_valid, (0, 0, None))(q, state, r)), rho)
-    return per_latent(_apply, (0, 0, None, 0))(q, state, rho, Lmm), rho, aux
+        rho = _backoff(lambda r: jnp.all(each(_valid, (q, state, r), (True, True, False))), rho)
+    return each(_apply, (q, state, rho, Lmm), (True, True, False, True)), rho, aux
 
 
 def _direction(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):

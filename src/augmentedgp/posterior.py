@@ -71,7 +71,8 @@ class Predictive(eqx.Module):
         single = mean.ndim == 1
         if single:
             mean, cov = mean[:, None], cov[None]
-        Lc = linalg.check_cholesky(jax.vmap(linalg.cholesky)(cov), "posterior covariance at Xnew")
+        Lc = linalg.check_cholesky(jax.lax.map(linalg.cholesky, cov),
+                                   "posterior covariance at Xnew")
         eps = jax.random.normal(key, (n_samples, *mean.shape), dtype=mean.dtype)
         samples = mean + jnp.einsum("cij,sjc->sic", Lc, eps)
         return samples[..., 0] if single else samples

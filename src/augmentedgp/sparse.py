@@ -30,7 +30,7 @@ from .means import Mean, Zero
 from .params import Parameter, fixed, real
 from .posterior import Predictive
 from .validation import check_X, check_y
-from .variational import NaturalQ, QPosterior, make_q
+from .variational import NaturalQ, QPosterior, make_q, map_latents
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -98,9 +98,9 @@ class SVGP(Predictive):
 
     A likelihood with C > 1 latent functions (multi-class, heteroscedastic) gets C
     independent GPs with shared inducing inputs and one q(u^c) each, stored stacked (every
-    q leaf leads with the latent axis) and handled by ``vmap``. ``kernel`` (and ``mean``)
-    is then one module shared by all latents or a list of C modules of one type, stacked
-    likewise; predictions are (n, C).
+    q leaf leads with the latent axis) and mapped over (``variational.map_latents``).
+    ``kernel`` (and ``mean``) is then one module shared by all latents or a list of C
+    modules of one type, stacked likewise; predictions are (n, C).
     """
 
     kernel: Kernel
@@ -138,7 +138,7 @@ class SVGP(Predictive):
                 raise ValueError(f"q for {C} latent functions must have leaves leading with "
                                  f"the latent axis of size {C}")
             return kind
-        if self.latent_kernels:  # construction only: the training step is vmapped
+        if self.latent_kernels:  # construction only (parameter constructors are numpy)
             kernels = [jax.tree_util.tree_map(lambda x, c=c: x[c], self.kernel) for c in range(C)]
             return _stack([make(k) for k in kernels], "q", C)
         return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (C, *x.shape)),
@@ -149,12 +149,17 @@ class SVGP(Predictive):
         """The number of latent functions C."""
         return getattr(self.likelihood, "num_latent", 1)
 
-    def _latent_map(self, fn):
-        """fn(kernel, mean, q) for each latent function: vmapped over the stacked ones."""
+    def _per_latent(self, prior_fn, posterior_fn):
+        """posterior_fn(q, prior_fn(kernel, mean)) for each latent function; the prior part
+        is computed once when the kernel and mean are shared (``map_latents``)."""
         if self.num_latent == 1:
-            return fn(self.kernel, self.mean, self.q)
-        axes = (0 if self.latent_kernels else None, 0 if self.latent_means else None, 0)
-        return jax.vmap(fn, in_axes=axes)(self.kernel, self.mean, self.q)
+            return posterior_fn(self.q, prior_fn(self.kernel, self.mean))
+        if self.latent_kernels or self.latent_means:
+            prior = map_latents(prior_fn, (self.kernel, self.mean),
+                                (self.latent_kernels, self.latent_means))
+            return map_latents(posterior_fn, (self.q, prior), (True, True))
+        return map_latents(posterior_fn, (self.q, prior_fn(self.kernel, self.mean)),
+                           (True, False))
 
     # --- the bound ------------------------------------------------------------------------
 
@@ -165,21 +170,22 @@ class SVGP(Predictive):
         """(Projection at X, KL(q(u) || p(u)) if ``kl`` else None)."""
         Z = self.inducing.value
 
-        def one(kernel, mean, q):
+        def prior(kernel, mean):
             Kmm = kernel(Z)
             Kmn = kernel(Z, X)
             Lmm, A = linalg.cholesky_project(Kmm, Kmn)
-            kdiag = kernel.diag(X)
+            return Kmm, Lmm, Kmn, A, kernel.diag(X), kernel(X) if full_cov else None, mean(X)
+
+        def posterior(q, prior):
+            Kmm, Lmm, Kmn, A, kdiag, Kxx, m0 = prior
             if kl:
                 mean_g, var, kl_value = q.conditional_kl(Kmm, Lmm, Kmn, A, kdiag)
             else:
-                Kxx = kernel(X) if full_cov else None
                 (mean_g, var), kl_value = q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx,
                                                         full_cov), jnp.zeros(())
-            m0 = mean(X)
             return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var), kl_value
 
-        p, kl_value = self._latent_map(one)
+        p, kl_value = self._per_latent(prior, posterior)
         if self.num_latent > 1:
             p = p._replace(prior_mean=p.prior_mean.T, mean=p.mean.T,
                            var=p.var if full_cov else p.var.T)
@@ -191,11 +197,11 @@ class SVGP(Predictive):
         self._input_dim()
         Z = self.inducing.value
 
-        def one(kernel, mean, q):
+        def prior(kernel, mean):
             Kmm = kernel(Z)
-            return q.kl(Kmm, linalg.cholesky(Kmm))
+            return Kmm, linalg.cholesky(Kmm)
 
-        return jnp.sum(self._latent_map(one))
+        return jnp.sum(self._per_latent(prior, lambda q, p: q.kl(*p)))
 
     def _elbo(self, X, y, scale=1.0, augmented: bool = False):
         expectations = (self.likelihood.augmented_expectations if augmented

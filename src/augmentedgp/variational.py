@@ -29,6 +29,24 @@ from . import linalg
 from .params import Parameter, positive, real
 
 
+def map_latents(fn, args, mapped):
+    """fn(*args) for each latent function: ``args[i]`` is sliced along its leading latent
+    axis where ``mapped[i]``, and shared otherwise; results are stacked.
+
+    A compiled ``lax.map``, not ``vmap``: vmapped factorisations and triangular solves
+    become batched LAPACK calls, which jaxlib 0.10 parallelises over XLA's intra-op pool
+    and which can deadlock it (seen on 2 cores: both pool threads blocked in
+    ``jax::ParallelBatchMap`` inside a batched trsm). One matrix per call is the path
+    single-latent models take; the likelihood terms stay vectorised over the latents."""
+    xs = tuple(a for a, m in zip(args, mapped, strict=True) if m)
+
+    def body(x):
+        it = iter(x)
+        return fn(*(next(it) if m else a for a, m in zip(args, mapped, strict=True)))
+
+    return jax.lax.map(body, xs)
+
+
 def _gauss_kl_whitened(mv, tr_S, logdet_S):
     """KL(N(mv, Sv) || N(0, I)) (seed 001 A.6)."""
     return 0.5 * (tr_S + jnp.sum(mv**2) - mv.shape[0] - logdet_S)
@@ -265,4 +283,4 @@ def make_q(kind, Lmm):
                      f"or a QPosterior, got {kind!r}")
 
 
-__all__ = ["QPosterior", "CholeskyQ", "NaturalQ", "SiteQ", "make_q"]
+__all__ = ["QPosterior", "CholeskyQ", "NaturalQ", "SiteQ", "make_q", "map_latents"]
