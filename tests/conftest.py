@@ -22,3 +22,36 @@ def standardise(A):
     A = np.asarray(A, dtype=float)
     sd = A.std(0)
     return (A - A.mean(0)) / np.where(sd > 0, sd, 1.0)
+
+
+def elliptical_slice(loglik, K, n_chains, n_keep, n_burn, seed):
+    """Elliptical slice sampling (Murray, Adams & MacKay 2010) of p(f) ~ N(f | 0, K) L(f),
+    ``n_chains`` independent chains (from prior draws) advanced together in numpy;
+    ``loglik`` maps (chains, n) to (chains,). Returns the per-chain means and second moments
+    of the kept samples."""
+    rng = np.random.default_rng(seed)
+    Lk = np.linalg.cholesky(K)
+    n = K.shape[0]
+    f = rng.normal(size=(n_chains, n)) @ Lk.T
+    ll = loglik(f)
+    s1, s2 = np.zeros((n_chains, n)), np.zeros((n_chains, n))
+    for it in range(n_burn + n_keep):
+        nu = rng.normal(size=(n_chains, n)) @ Lk.T
+        log_y = ll + np.log(rng.uniform(size=n_chains))
+        theta = rng.uniform(0.0, 2.0 * np.pi, n_chains)
+        lo, hi = theta - 2.0 * np.pi, theta.copy()
+        idx = np.arange(n_chains)
+        while idx.size:  # shrink each chain's bracket until its proposal is on the slice
+            prop = f[idx] * np.cos(theta[idx])[:, None] + nu[idx] * np.sin(theta[idx])[:, None]
+            lp = loglik(prop)
+            ok = lp > log_y[idx]
+            f[idx[ok]], ll[idx[ok]] = prop[ok], lp[ok]
+            rej = idx[~ok]
+            neg = theta[rej] < 0.0
+            lo[rej[neg]], hi[rej[~neg]] = theta[rej[neg]], theta[rej[~neg]]
+            theta[rej] = rng.uniform(lo[rej], hi[rej])
+            idx = rej
+        if it >= n_burn:
+            s1 += f
+            s2 += f * f
+    return s1 / n_keep, s2 / n_keep

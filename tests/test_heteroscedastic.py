@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FULL
+from conftest import FULL, elliptical_slice
 from jax import lax
 from scipy import optimize, special, stats
 
@@ -647,39 +647,6 @@ def test_predict_y_and_predictive_log_prob_against_monte_carlo_and_quadrature():
 
 
 # --- 8. against QuadratureVI and against MCMC ----------------------------------------------------
-
-
-def elliptical_slice(loglik, K, n_chains, n_keep, n_burn, seed):
-    """Elliptical slice sampling (Murray, Adams & MacKay 2010) of p(F) ~ N(F | 0, K) L(F),
-    ``n_chains`` independent chains (from prior draws) advanced together in numpy;
-    ``loglik`` maps (chains, d) to (chains,). Returns the per-chain means and second moments
-    of the kept samples."""
-    rng = np.random.default_rng(seed)
-    Lk = np.linalg.cholesky(K)
-    n = K.shape[0]
-    f = rng.normal(size=(n_chains, n)) @ Lk.T
-    ll = loglik(f)
-    s1, s2 = np.zeros((n_chains, n)), np.zeros((n_chains, n))
-    for it in range(n_burn + n_keep):
-        nu = rng.normal(size=(n_chains, n)) @ Lk.T
-        log_y = ll + np.log(rng.uniform(size=n_chains))
-        theta = rng.uniform(0.0, 2.0 * np.pi, n_chains)
-        lo, hi = theta - 2.0 * np.pi, theta.copy()
-        idx = np.arange(n_chains)
-        while idx.size:  # shrink each chain's bracket until its proposal is on the slice
-            prop = f[idx] * np.cos(theta[idx])[:, None] + nu[idx] * np.sin(theta[idx])[:, None]
-            lp = loglik(prop)
-            ok = lp > log_y[idx]
-            f[idx[ok]], ll[idx[ok]] = prop[ok], lp[ok]
-            rej = idx[~ok]
-            neg = theta[rej] < 0.0
-            lo[rej[neg]], hi[rej[~neg]] = theta[rej[neg]], theta[rej[~neg]]
-            theta[rej] = rng.uniform(lo[rej], hi[rej])
-            idx = rej
-        if it >= n_burn:
-            s1 += f
-            s2 += f * f
-    return s1 / n_keep, s2 / n_keep
 
 
 def quadrature_fixed_point():
