@@ -83,7 +83,7 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
     (``variational.map_latents``), with one step size from the concatenated direction."""
     if multi:
         beta, gamma = beta.T, gamma.T
-        each = lambda fn, args, mapped: map_latents(fn, args, mapped)
+        each = map_latents
     else:
         each = lambda fn, args, mapped: fn(*args)
     direction, state = each(_direction, (q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale),
