@@ -35,6 +35,7 @@ from .augmentation import Augmented, log_cosh_sqrt, tanh_ratio
 from .likelihoods import Likelihood, _finite_targets
 from .params import Parameter, fixed, positive
 from .quadrature import _nodes, gauss_hermite, log_gauss_hermite
+from .validation import check_vector
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -102,14 +103,7 @@ class Categorical(MultiLatent):
         return len(self.classes)
 
     def targets(self, y, n: int, name: str = "y"):
-        arr = np.asarray(y)
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
-        if arr.ndim != 1:
-            raise ValueError(f"{name} must be 1-D of class labels, got shape {arr.shape}")
-        if arr.shape[0] != n:
-            raise ValueError(f"{name} has {arr.shape[0]} entries but X has {n} rows")
-        return self.check_targets(arr, name)
+        return self.check_targets(check_vector(y, n, name), name)
 
     def check_targets(self, y, name: str = "y"):
         """Class codes 0..C-1 of the labels ``y``."""

@@ -27,8 +27,8 @@ def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
     return arr
 
 
-def check_y(y, n: int, name: str = "y") -> np.ndarray:
-    """A finite float vector of length n (an (n, 1) column is accepted)."""
+def check_vector(y, n: int, name: str = "y") -> np.ndarray:
+    """A vector of length n, of any dtype (an (n, 1) column is accepted)."""
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
@@ -36,6 +36,12 @@ def check_y(y, n: int, name: str = "y") -> np.ndarray:
         raise ValueError(f"{name} must be 1-D of shape (n,), got shape {arr.shape}")
     if arr.shape[0] != n:
         raise ValueError(f"{name} has {arr.shape[0]} entries but X has {n} rows")
+    return arr
+
+
+def check_y(y, n: int, name: str = "y") -> np.ndarray:
+    """A finite float vector of length n (an (n, 1) column is accepted)."""
+    arr = check_vector(y, n, name)
     try:
         arr = arr.astype(float)
     except (TypeError, ValueError):
