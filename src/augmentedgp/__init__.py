@@ -6,6 +6,7 @@ Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to o
 from . import (
     _x64,  # noqa: F401  (must run before any array is created)
     augmentation,
+    diagnostics,
     inducing,
     inference,
     kernels,
@@ -14,11 +15,13 @@ from . import (
     means,
     natgrad,
     params,
+    samplers,
     schedules,
     variational,
 )
 from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from .fit import fit
+from .gibbs import MCGP, GibbsSampling, MCPosterior, sample
 from .inference import EP, AnalyticSVI, AnalyticVI, Exact, Laplace, QuadratureSVI, QuadratureVI
 from .models import GP
 from .posterior import SitePosterior
@@ -28,9 +31,10 @@ from .training import History
 __version__ = "0.1.0"
 
 __all__ = [
-    "GP", "SGPR", "SVGP", "VGP", "fit", "Exact", "Laplace", "EP", "QuadratureVI",
-    "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "SitePosterior", "SparsePosterior",
-    "History", "augmentation", "inducing", "kernels", "likelihoods", "means", "natgrad",
-    "inference", "linalg", "params", "schedules", "variational",
+    "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
+    "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
+    "SitePosterior", "SparsePosterior", "MCPosterior", "History", "augmentation",
+    "diagnostics", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference",
+    "linalg", "params", "samplers", "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -18,19 +18,26 @@ Everything variational inference needs follows from phi (thesis App. A.2, A.4):
   log C + g E[f] + E_q[log phi(h^2)] (Jensen: log phi is convex); the difference is the
   augmentation gap (thesis App. A.4.3).
 
-``Augmented`` implements this once from ``_super_gaussian`` (log C, g, a, b), ``_log_phi``
-and ``_omega_mean``; likelihoods with a hierarchical augmentation (the Poisson with a
-scaled-logistic link) override the three public methods.
+Gibbs sampling uses the same site with a draw in place of E[w]: the full conditional
+p(w | y, f) is the tilted law pi(w | |h|) (thesis ch. 5 Theorem 2), drawn by
+``_sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG; ``augmentedgp.samplers``),
+and ``sites(y, w)`` is the Gaussian site given w.
+
+``Augmented`` implements this once from ``_super_gaussian`` (log C, g, a, b), ``_log_phi``,
+``_omega_mean`` and ``_sample_omega``; likelihoods with a hierarchical augmentation (the
+Poisson with a scaled-logistic link, the multi-latent ones) override the public methods.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+from . import samplers
 
 _LOG_2 = math.log(2.0)
 
@@ -42,6 +49,15 @@ class SuperGaussian(NamedTuple):
     g: jax.Array
     a: jax.Array
     b: jax.Array
+
+
+class CountAux(NamedTuple):
+    """A Gibbs draw of a count-then-Polya-Gamma augmentation: counts n and w = PG(. , |f|) / 2
+    (with ``sigmoid_g`` = sigmoid(g) for the heteroscedastic likelihood)."""
+
+    n: jax.Array
+    w: jax.Array
+    sigmoid_g: jax.Array | None = None
 
 
 class Tilt(NamedTuple):
@@ -92,6 +108,10 @@ class Augmented(eqx.Module):
         """E[w] under pi(w | sqrt(t)): -d log phi / dt."""
         return -jax.grad(lambda tt: jnp.sum(self._log_phi(y, tt)))(t)
 
+    def _sample_omega(self, key, y, t):
+        """A draw of w ~ pi(w | sqrt(t)) (t has the shape of the output)."""
+        raise NotImplementedError
+
     @staticmethod
     def _expected_h2(s: SuperGaussian, mean, var):
         return (s.a + s.b * mean) ** 2 + s.b**2 * var
@@ -104,8 +124,20 @@ class Augmented(eqx.Module):
     def aux_sites(self, y, q_aux):
         """(beta, gamma): E_{q(w)} of the Gaussian site on f, log-potential
         beta f - gamma f^2 / 2 (thesis ch. 5 eq. 11 with h = a + b f)."""
+        return self.sites(y, self._omega_mean(y, q_aux.c2))
+
+    def sample_aux(self, key, y, f):
+        """w ~ p(w | y, f) = pi(w | |h(f)|), the prior tilted by e^{-h^2 w} (thesis ch. 5
+        Theorem 2; Algorithm 2, first step)."""
         s = self._super_gaussian(y)
-        w = self._omega_mean(y, q_aux.c2)
+        t = (s.a + s.b * f) ** 2
+        return self._sample_omega(key, y, jnp.broadcast_to(t, jnp.broadcast_shapes(
+            jnp.shape(t), jnp.shape(y))))
+
+    def sites(self, y, w):
+        """(beta, gamma) of the Gaussian site on f given w: log p(y | f, w) = const +
+        beta f - gamma f^2 / 2 with beta = g - 2 w a b, gamma = 2 w b^2 (ch. 5 eq. 11)."""
+        s = self._super_gaussian(y)
         return s.g - 2.0 * w * s.a * s.b, 2.0 * w * s.b**2
 
     def augmented_expectations(self, y, mean, var, q_aux=None):
@@ -130,9 +162,15 @@ class PolyaGamma(Augmented):
     def _log_phi(self, y, t):
         return -self._pg_b(y) * log_cosh_sqrt(t)
 
+    pg_method: ClassVar[str] = "series"  # see augmentedgp.samplers.polya_gamma
+
     def _omega_mean(self, y, t):
         return 0.5 * self._pg_b(y) * tanh_ratio(_safe_sqrt(t))  # E[PG(b, c)] / 2
 
+    def _sample_omega(self, key, y, t):
+        b = jnp.broadcast_to(self._pg_b(y), jnp.shape(t))
+        return 0.5 * samplers.polya_gamma(key, b, _safe_sqrt(t), method=self.pg_method)
 
-__all__ = ["Augmented", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh", "log_cosh_sqrt",
-           "tanh_ratio"]
+
+__all__ = ["Augmented", "CountAux", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh",
+           "log_cosh_sqrt", "tanh_ratio"]

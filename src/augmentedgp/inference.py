@@ -327,3 +327,7 @@ class AnalyticSVI(AnalyticVI):
     def __init__(self, batch_size: int, step_size=None):
         super().__init__(RobbinsMonro() if step_size is None else step_size)
         self._set_batch_size(batch_size)
+
+
+# sampling: augmented blocked Gibbs (it builds on the likelihoods' augmentations above)
+from .gibbs import GibbsSampling  # noqa: E402, F401

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf, gammaln, log_ndtr, ndtr, xlogy
 
-from .augmentation import Augmented, PolyaGamma, SuperGaussian, log_cosh_sqrt, tanh_ratio
+from . import samplers
+from .augmentation import Augmented, CountAux, PolyaGamma, SuperGaussian, log_cosh_sqrt, tanh_ratio
 from .params import Parameter, positive
 from .quadrature import gauss_hermite, log_gauss_hermite
 from .validation import check_binary, check_y
@@ -129,6 +130,9 @@ class Gaussian(Likelihood, Augmented):
     def _omega_mean(self, y, t):
         return jnp.ones_like(t)
 
+    def _sample_omega(self, key, y, t):
+        return jnp.ones_like(t)
+
 
 class Bernoulli(Likelihood):
     """Binary y in {-1, +1} (users may pass {0, 1}); p(y | f) = sigmoid(y f)."""
@@ -159,6 +163,8 @@ class Bernoulli(Likelihood):
 class Logistic(Bernoulli, PolyaGamma):
     """p(y | f) = 1 / (1 + exp(-y f)) = e^{y f / 2} / (2 cosh(f / 2)); augmented with
     Polya-Gamma variables, q(w) = PG(1, c) (thesis ch. 3)."""
+
+    pg_method = "devroye"  # b = 1: exact
 
     def _super_gaussian(self, y):
         return SuperGaussian(-_LOG_2, 0.5 * y, 0.0, 1.0)
@@ -241,6 +247,10 @@ class BayesianSVM(Bernoulli, Augmented):
 
     def _omega_mean(self, y, t):
         return 0.5 / _sqrt_floor(t)
+
+    def _sample_omega(self, key, y, t):
+        # e^{-sqrt t} = E e^{-t w}, w ~ Levy(1/2); tilted: inverse Gaussian(1 / (2c), 1/2)
+        return samplers.inverse_gaussian(key, 0.5 / _sqrt_floor(t), 0.5)
 
 
 # --- non-Gaussian likelihoods for quadrature variational inference ----------------------
@@ -359,6 +369,15 @@ class LogisticPoisson(Likelihood, Augmented):
         b = y + q_aux.n_mean
         return 0.5 * (y - q_aux.n_mean), b * tanh_ratio(jnp.sqrt(q_aux.c2))
 
+    def sample_aux(self, key, y, f):
+        """n ~ Po(rate sigmoid(-f)), then w ~ PG(y + n, |f|) / 2 (the errata's sigma(-f))."""
+        kn, kw = jax.random.split(key)
+        n = jax.random.poisson(kn, self.rate.value * jax.nn.sigmoid(-f)).astype(f.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, y + n, f))
+
+    def sites(self, y, aux):
+        return 0.5 * (y - aux.n), 2.0 * aux.w
+
     def augmented_expectations(self, y, mean, var, q_aux=None):
         """E_q[log p(y, n, w | f)] - E_q[log q(n, w)] (the n-prior depends on f, so it is
         in the first term); at the optimal q equal to
@@ -475,6 +494,12 @@ class StudentT(Likelihood, Augmented):
         nu = self.df.value
         return 0.5 * (nu + 1.0) / (nu + t)
 
+    def _sample_omega(self, key, y, t):
+        # (1 + t / nu)^{-(nu+1)/2} = E e^{-t w}, w ~ Gamma((nu + 1)/2, rate nu); tilted:
+        # rate nu + t
+        nu = self.df.value
+        return jax.random.gamma(key, jnp.broadcast_to(0.5 * (nu + 1.0), t.shape)) / (nu + t)
+
 
 class Laplace(Likelihood, Augmented):
     """p(y | f) = exp(-|y - f| / scale) / (2 scale).
@@ -541,6 +566,11 @@ class Laplace(Likelihood, Augmented):
     def _omega_mean(self, y, t):
         return 0.5 / (self.scale.value * _sqrt_floor(t))
 
+    def _sample_omega(self, key, y, t):
+        # e^{-sqrt(t) / s} = E e^{-t w}, w ~ Levy(1 / (2 s^2)); tilted: inverse Gaussian
+        s = self.scale.value
+        return samplers.inverse_gaussian(key, 0.5 / (s * _sqrt_floor(t)), 0.5 / s**2)
+
 
 class Matern32(Likelihood, Augmented):
     """Matern-3/2 noise: p(y | f) = (a / 4) (1 + a |y - f|) e^{-a |y - f|}, a = sqrt(3) /
@@ -584,6 +614,12 @@ class Matern32(Likelihood, Augmented):
     def _omega_mean(self, y, t):
         a = self._a()
         return 0.5 * a**2 / (1.0 + a * _sqrt_floor(t))
+
+    def _sample_omega(self, key, y, t):
+        # (1 + a sqrt t) e^{-a sqrt t} = E e^{-t w}, w ~ InvGamma(3/2, a^2 / 4); tilted:
+        # GIG(-3/2, 2 t, a^2 / 2), density ~ w^{-5/2} e^{-t w - a^2 / (4 w)}
+        a = self._a()
+        return samplers.gig(key, -1.5, 2.0 * t, 0.5 * a**2)
 
 
 class NegativeBinomial(Likelihood, PolyaGamma):

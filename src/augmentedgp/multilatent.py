@@ -31,7 +31,8 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import log_ndtr, logsumexp
 
-from .augmentation import Augmented, log_cosh_sqrt, tanh_ratio
+from . import samplers
+from .augmentation import Augmented, CountAux, log_cosh_sqrt, tanh_ratio
 from .likelihoods import Likelihood, _finite_targets
 from .params import Parameter, fixed, positive
 from .quadrature import _nodes, gauss_hermite, log_gauss_hermite
@@ -213,6 +214,22 @@ class LogisticSoftmax(Categorical, Augmented):
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         return 0.5 * (Y - q_aux.n_mean), (Y + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))
 
+    def sample_aux(self, key, y, F):
+        """(n, w) ~ p(n, w | y, F) (thesis 7.4 Algorithm 4): the negative multinomial n is
+        drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
+        exp(-lambda sigmoid(f_c)) is the n^c series), n^c ~ Po(lambda sigmoid(-f_c)), then
+        w^c ~ PG(y^c + n^c, |f^c|) / 2."""
+        kl, kn, kw = jax.random.split(key, 3)
+        lam = jax.random.exponential(kl, y.shape, F.dtype) / jnp.sum(jax.nn.sigmoid(F), -1)
+        n = jax.random.poisson(kn, lam[:, None] * jax.nn.sigmoid(-F)).astype(F.dtype)
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=F.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, F))
+
+    def sites(self, y, aux):
+        """beta^c = (y^c - n^c) / 2, gamma^c = PG draw (Algorithm 4)."""
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=aux.w.dtype)
+        return 0.5 * (Y - aux.n), 2.0 * aux.w
+
     def augmented_expectations(self, y, mean, var):
         """The augmented data term at the optimal q(n, w) (see the class docstring)."""
         c2 = mean**2 + var
@@ -388,6 +405,26 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         beta = jnp.stack([prec_f * y, 0.5 * (0.5 - q_aux.n_mean)], -1)
         gamma = jnp.stack([prec_f, (0.5 + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))], -1)
         return beta, gamma
+
+    # f and g are not independent given (n, w): Gibbs draws f | g (n, w integrated out),
+    # then (n, w) | f, g, then g | n, w (thesis 7.2 Algorithm 2, collapsed in f)
+    gibbs_joint = False
+
+    def sample_aux(self, key, y, F):
+        """n ~ Po(precision sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2
+        (thesis 7.2 Algorithm 2)."""
+        f, g = F[..., 0], F[..., 1]
+        kn, kw = jax.random.split(key)
+        rate = 0.5 * self.precision.value * jax.nn.sigmoid(-g) * (y - f) ** 2
+        n = jax.random.poisson(kn, rate).astype(F.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, 0.5 + n, g), jax.nn.sigmoid(g))
+
+    def sites(self, y, aux):
+        """f: precision * sigmoid(g) on y (exact, collapsed over n and w; the errata's y,
+        not y / 2); g: beta = (1/2 - n) / 2, gamma = PG draw."""
+        prec_f = self.precision.value * aux.sigmoid_g
+        return (jnp.stack([prec_f * y, 0.5 * (0.5 - aux.n)], -1),
+                jnp.stack([prec_f, 2.0 * aux.w], -1))
 
     def augmented_expectations(self, y, mean, var):
         mf, vf, mg, vg = self._split(mean, var)

@@ -1,0 +1,855 @@
+"""Augmented blocked Gibbs sampling (``MCGP`` / ``sample``; thesis ch. 5 Algorithm 2, 7.2,
+7.4 and 7.5) against oracles that share no code with the sampler:
+
+- Gaussian likelihood: the exact GP posterior (numpy formulas), for the full sampler and
+  the sparse one with Z = X (both exact), and the SGPR/VFE optimal q(u) for Z with M < n;
+- one latent value per problem: the exact 1-D posterior N(f | m0, k) p(y | f) by numerical
+  integration on a fine grid (mean, variance and a Kolmogorov-Smirnov test of the samples),
+  for every augmented single-latent likelihood, and 3-D (logistic-softmax) and 2-D
+  (heteroscedastic) grids for the multi-latent ones;
+- 20-40 correlated points: a long elliptical-slice run (``conftest.elliptical_slice``).
+
+Independent 1-D problems are batched into one run: inputs 100 lengthscales apart make the
+kernel matrix diagonal to ~1e-90, so every coordinate is a separate n = 1 problem with its
+own chain (the sampler draws the coordinates with independent noise), and the repeated
+copies of each problem are pooled. One batched run and the correlated problem of the same
+likelihood share a compiled sampler (same shapes and settings; XLA compilation of a
+sampler, 10-40 s on 2 loaded cores, is most of this file's cost).
+
+Monte Carlo tolerances use the effective sample size: se = sd / sqrt(ESS) (bulk ESS of the
+draws; of the squared deviations for variances). The larger runs (more samples, the
+multi-latent correlated problems at full size) need AGP_FULL_SLOW=1.
+"""
+
+import functools
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import FULL, elliptical_slice
+from scipy import integrate, special, stats
+
+import augmentedgp as agp
+from augmentedgp import diagnostics
+from augmentedgp.params import fixed, positive, real
+
+LIK = agp.likelihoods
+Z_TOL = 4.5  # |z| bound for a single Monte Carlo comparison (two-sided p ~ 7e-6)
+KS_P = 1e-4  # smallest accepted Kolmogorov-Smirnov p-value
+
+
+def fp(value):
+    return fixed(positive(value))
+
+
+def fr(value):
+    return fixed(real(value))
+
+
+def kern(ls=1.0, var=1.0):
+    return agp.kernels.Matern52(fp(ls), fp(var))
+
+
+def const(c):
+    return agp.means.Constant(fr(c))
+
+
+def matern52(A, B, ls=1.0, var=1.0):
+    """Independent numpy Matern-5/2 (1-D inputs)."""
+    r = math.sqrt(5.0) * np.abs(np.asarray(A)[:, None, 0] - np.asarray(B)[None, :, 0]) / ls
+    return var * (1.0 + r + r**2 / 3.0) * np.exp(-r)
+
+
+def log_sigmoid(t):
+    return -np.logaddexp(0.0, -np.asarray(t, dtype=float))
+
+
+def mc_se(draws):
+    """(mean, se of the mean, var, se of the var) of draws (chains, samples) of a scalar, the
+    standard errors from the bulk ESS of the draws and of their squared deviations."""
+    d = np.asarray(draws, dtype=float)
+    mean, var = d.mean(), d.var()
+    dev2 = (d - mean) ** 2
+    ess = float(diagnostics.ess_bulk(d))
+    ess2 = float(diagnostics.ess_bulk(dev2))
+    return mean, math.sqrt(var / ess), var, dev2.std() / math.sqrt(ess2)
+
+
+def per_point_se(F):
+    """Per-coordinate (mean, se, sd, se of sd) of Gibbs draws F (chains, samples, ...)."""
+    F = np.asarray(F, dtype=float)
+    mean = F.mean((0, 1))
+    sd = F.std((0, 1))
+    dev2 = (F - mean) ** 2
+    se = sd / np.sqrt(diagnostics.ess_bulk(F))
+    se_var = dev2.std((0, 1)) / np.sqrt(diagnostics.ess_bulk(dev2))
+    return mean, se, sd, se_var / (2.0 * sd)
+
+
+# --- Gaussian likelihood: the exact posterior ---------------------------------------------
+
+NOISE, MEAN_G = 0.1, 0.3
+XG = np.linspace(0.0, 5.0, 12)[:, None]
+YG = MEAN_G + np.sin(1.3 * XG[:, 0]) + math.sqrt(NOISE) * np.random.default_rng(0).normal(size=12)
+XS_G = np.linspace(-0.7, 5.9, 9)[:, None]
+GAUSS_RUN = agp.GibbsSampling(n_samples=3000 if FULL else 1500, n_chains=4, burn_in=5)
+
+
+def gauss_model(inducing=None):
+    return agp.MCGP(kern(1.1, 1.3), LIK.Gaussian(fp(NOISE)), mean=const(MEAN_G),
+                    inducing=inducing)
+
+
+def exact_gaussian(X, y, Xs):
+    """Exact posterior of f at X (mean, cov) and of f(Xs) (mean, var), numpy."""
+    K = matern52(X, X, 1.1, 1.3)
+    Ks = matern52(X, Xs, 1.1, 1.3)
+    Ky = K + NOISE * np.eye(len(y))
+    mu = MEAN_G + K @ np.linalg.solve(Ky, y - MEAN_G)
+    cov = K - K @ np.linalg.solve(Ky, K)
+    mus = MEAN_G + Ks.T @ np.linalg.solve(Ky, y - MEAN_G)
+    vs = 1.3 - np.sum(Ks * np.linalg.solve(Ky, Ks), 0)
+    return mu, cov, mus, vs
+
+
+@functools.cache
+def gauss_run(kind):
+    inducing = {"full": None, "z_eq_x": XG, "sparse": XG[1::3] + 0.1}[kind]
+    return agp.sample(gauss_model(inducing), XG, YG, GAUSS_RUN, key=jax.random.PRNGKey(1))
+
+
+def assert_exact_gaussian_samples(F, mu, cov):
+    """Draws F (chains, samples, n) of N(mu, cov): the whitened draws L^-1 (f - mu) have
+    mean 0 and covariance I within Monte Carlo error (ESS-based standard errors)."""
+    L = np.linalg.cholesky(cov)
+    W = np.linalg.solve(L, (np.asarray(F) - mu).reshape(-1, len(mu)).T).T
+    W = W.reshape(*F.shape)
+    ess = np.minimum(diagnostics.ess_bulk(W), W.shape[0] * W.shape[1])
+    z = W.mean((0, 1)) * np.sqrt(ess)
+    assert np.max(np.abs(z)) < Z_TOL, z
+    N = float(np.min(ess))
+    C = np.cov(W.reshape(-1, len(mu)).T)
+    se = np.sqrt((1.0 + np.eye(len(mu))) / N)  # var of a sample covariance entry of N(0, I)
+    zc = (C - np.eye(len(mu))) / se
+    assert np.max(np.abs(zc)) < 5.0, np.max(np.abs(zc))
+
+
+@pytest.mark.parametrize("kind", ["full", "z_eq_x"])
+def test_gaussian_samples_are_the_exact_posterior(kind):
+    """With a Gaussian likelihood w = 1, so every sweep draws f from the exact posterior
+    N(mu, Sigma) (full sampler, and the sparse one with Z = X, where q*(u) is exact and
+    f = u): mean and covariance within Monte Carlo error; the chains are independent
+    draws (ESS ~ number of samples). ``v`` is the whitened value the draws are
+    conditioned on: L^-1 (f - m)."""
+    post = gauss_run(kind)
+    mu, cov, _, _ = exact_gaussian(XG, YG, XS_G)
+    F = np.asarray(post.f)
+    assert F.shape == (4, GAUSS_RUN.n_samples, len(YG))
+    assert_exact_gaussian_samples(F, mu, cov)
+    ess = post.ess()
+    assert np.min(ess) > 0.7 * GAUSS_RUN.n_chains * GAUSS_RUN.n_samples
+    L = np.linalg.cholesky(matern52(XG, XG, 1.1, 1.3))
+    V = np.asarray(post.v)
+    np.testing.assert_allclose(np.einsum("ij,csj->csi", L, V) + MEAN_G, F, atol=1e-6)
+
+
+def test_gaussian_sparse_sampler_matches_sgpr_optimal_q():
+    """Sparse sampler with M < n: u ~ q*(u) (Titsias-optimal, the SGPR/VFE q) and
+    f_i ~ p(f_i | u), so the marginals of f at X are those of SGPR's SVGP (mean A^T m,
+    var K - Q + A^T S A); predictions at new inputs match it too. The M < n approximation
+    is visibly not the exact posterior (its variance is larger somewhere)."""
+    post = gauss_run("sparse")
+    Z = XG[1::3] + 0.1
+    svgp = agp.SGPR(kern(1.1, 1.3), Z, likelihood=LIK.Gaussian(fp(NOISE)),
+                    mean=const(MEAN_G)).to_svgp(XG, YG)
+    m_q, v_q = (np.asarray(a) for a in svgp.predict_f(XG))
+    assert np.asarray(post.v).shape == (4, GAUSS_RUN.n_samples, len(Z))
+    mean, se, sd, se_sd = per_point_se(post.f)
+    z = (mean - m_q) / se
+    assert np.max(np.abs(z)) < Z_TOL, z
+    zs = (sd - np.sqrt(v_q)) / se_sd
+    assert np.max(np.abs(zs)) < Z_TOL, zs
+    _, cov, _, _ = exact_gaussian(XG, YG, XS_G)
+    assert np.max(v_q - np.diag(cov)) > 0.05  # a different distribution from the exact one
+    ms, vs = (np.asarray(a) for a in post.predict_f(XS_G))
+    ms_q, vs_q = (np.asarray(a) for a in svgp.predict_f(XS_G))
+    # per-sample conditional means at XS_G: se from their spread
+    cond = np.asarray(post._conditionals(jnp.asarray(XS_G))[0])
+    se_m = cond.std(0) / np.sqrt(diagnostics.ess_bulk(cond.reshape(post.f.shape[:2] + (-1,))))
+    assert np.max(np.abs(ms - ms_q) / se_m) < Z_TOL
+    se_v = math.sqrt(2.0 / (cond.shape[0] / 2.0)) * cond.var(0)  # ESS >= S / 2
+    assert np.all(np.abs(vs - vs_q) < Z_TOL * se_v + 1e-9), (vs - vs_q, se_v)
+
+
+def test_gaussian_predict_f_matches_exact_gp_posterior():
+    """MCPosterior.predict_f at new inputs (moments of the mixture of the per-sample
+    Gaussian conditionals) against GP(...).posterior(...).predict_f, the exact predictive:
+    means within Monte Carlo error of the sample average of the conditional means;
+    variances within that of the spread term; full_cov has the same diagonal, and its
+    off-diagonal matches the exact predictive covariance."""
+    post = gauss_run("full")
+    gp = agp.GP(kern(1.1, 1.3), LIK.Gaussian(fp(NOISE)), mean=const(MEAN_G))
+    m_ex, v_ex = (np.asarray(a) for a in gp.posterior(XG, YG).predict_f(XS_G))
+    _, _, mus, vs = exact_gaussian(XG, YG, XS_G)
+    np.testing.assert_allclose(m_ex, mus, atol=1e-8)  # (the oracle is itself checked)
+    m, v = (np.asarray(a) for a in post.predict_f(XS_G))
+    cond = np.asarray(post._conditionals(jnp.asarray(XS_G))[0])
+    S = cond.shape[0]
+    se_m = cond.std(0) / math.sqrt(S / 2.0)
+    assert np.max(np.abs(m - m_ex) / se_m) < Z_TOL
+    se_v = math.sqrt(2.0 / (S / 2.0)) * cond.var(0)
+    assert np.all(np.abs(v - v_ex) < Z_TOL * se_v + 1e-9), (v - v_ex, se_v)
+    m_full, cov = (np.asarray(a) for a in post.predict_f(XS_G, full_cov=True))
+    np.testing.assert_allclose(m_full, m, atol=1e-10)
+    np.testing.assert_allclose(np.diag(cov), v, rtol=1e-8, atol=1e-10)
+    _, cov_ex = gp.posterior(XG, YG).predict_f(XS_G, full_cov=True)
+    np.testing.assert_allclose(cov, np.asarray(cov_ex), atol=Z_TOL * se_v.max())
+
+
+def test_gaussian_single_input():
+    """A literal n = 1 problem: f ~ N(m0, k), y ~ N(f, s2) -> N(m0 + k (y - m0) / (k + s2),
+    k s2 / (k + s2))."""
+    model = agp.MCGP(kern(1.0, 2.0), LIK.Gaussian(fp(0.5)), mean=const(-0.4))
+    post = agp.sample(model, [[0.3]], [1.7], agp.GibbsSampling(n_samples=2000, burn_in=2))
+    assert post.f.shape == (4, 2000, 1)
+    mean, se, var, se_var = mc_se(np.asarray(post.f)[..., 0])
+    assert abs(mean - (-0.4 + 2.0 * 2.1 / 2.5)) < Z_TOL * se
+    assert abs(var - 1.0 / 2.5) < Z_TOL * se_var
+
+
+# --- one latent value per problem: exact 1-D posteriors by numerical integration ---------
+
+
+N1 = 30  # coordinates per batched run (shared with the correlated problem's shape)
+X_FAR = (100.0 * np.arange(N1))[:, None]  # K = k I to ~1e-90 (Matern-5/2, lengthscale 1)
+RUN = agp.GibbsSampling(n_samples=8000 if FULL else 2500, n_chains=4, burn_in=200)
+
+# likelihood -> (factory, prior mean m0, prior variance k, distinct targets)
+ONE_D = {
+    "Gaussian": (lambda: LIK.Gaussian(fp(0.5)), 0.3, 1.5, (-1.0, 2.5)),
+    "Logistic": (LIK.Logistic, 0.5, 4.0, (1.0, -1.0)),
+    "BayesianSVM": (LIK.BayesianSVM, 0.3, 2.0, (1.0, -1.0)),
+    "StudentT": (lambda: LIK.StudentT(fp(3.0), fp(0.3)), 0.0, 1.0, (0.2, 1.2, 2.5)),
+    "Laplace": (lambda: LIK.Laplace(fp(0.5)), 0.0, 1.0, (0.3, 1.5)),
+    "Matern32": (lambda: LIK.Matern32(fp(0.5)), 0.0, 1.0, (0.3, 2.0)),
+    "LogisticPoisson": (lambda: LIK.LogisticPoisson(fp(10.0)), 0.0, 2.0, (0.0, 3.0, 9.0)),
+    "NegativeBinomial": (lambda: LIK.NegativeBinomial(fp(2.0)), 0.0, 2.0, (0.0, 40.0)),
+}
+# posteriors that are far from Gaussian: a moment-matched Gaussian must fail the KS test
+NON_GAUSSIAN = {("BayesianSVM", 1.0), ("StudentT", 1.2), ("StudentT", 2.5), ("Laplace", 0.3),
+                ("Matern32", 2.0), ("NegativeBinomial", 0.0), ("Logistic", 1.0)}
+
+
+def grid_posterior(logpost, lo, hi, num=200001):
+    """Moments and CDF of the density proportional to exp(logpost) on [lo, hi]."""
+    grid = np.linspace(lo, hi, num)
+    lp = logpost(grid)
+    p = np.exp(lp - lp.max())
+    p /= integrate.trapezoid(p, grid)
+    mean = integrate.trapezoid(grid * p, grid)
+    var = integrate.trapezoid((grid - mean) ** 2 * p, grid)
+    cdf = integrate.cumulative_trapezoid(p, grid, initial=0.0)
+    cdf /= cdf[-1]
+    assert p[0] < 1e-12 * p.max() and p[-1] < 1e-12 * p.max()  # the grid holds the mass
+    return mean, var, lambda x: np.interp(x, grid, cdf)
+
+
+def one_d_targets(values, n=N1):
+    return np.resize(np.asarray(values, dtype=float), n)
+
+
+@functools.cache
+def one_d_run(name):
+    make, m0, k, values = ONE_D[name]
+    model = agp.MCGP(kern(1.0, k), make(), mean=const(m0))
+    return agp.sample(model, X_FAR, one_d_targets(values), RUN, key=jax.random.PRNGKey(7))
+
+
+def thinned(draws, max_acf=0.03):
+    """Draws (chains, samples) thinned to a lag whose chain-averaged autocorrelation is
+    below ``max_acf``: near-independent, for the KS test."""
+    acf = diagnostics.autocorrelation(draws, max_lag=200)
+    lag = int(np.argmax(np.abs(acf) < max_acf))
+    assert lag > 0, "the chains did not decorrelate within 200 sweeps"
+    return draws[:, ::lag].ravel()
+
+
+def check_one_d(draws, lik, y, m0, k, label):
+    """Gibbs draws (chains, samples) of one 1-D problem against the grid posterior."""
+    sd0 = math.sqrt(k)
+    lo, hi = min(m0, y) - 16.0 * sd0 - 5.0, max(m0, y) + 16.0 * sd0 + 5.0
+    if isinstance(lik, LIK.NegativeBinomial | LIK.LogisticPoisson):
+        lo, hi = m0 - 16.0 * sd0, m0 + 16.0 * sd0
+
+    def logpost(grid):
+        g = jnp.asarray(grid)
+        return -0.5 * (grid - m0) ** 2 / k + np.asarray(lik.log_prob(jnp.full_like(g, y), g))
+
+    mean, var, cdf = grid_posterior(logpost, lo, hi)
+    g_mean, se, g_var, se_var = mc_se(draws)
+    x = thinned(draws)
+    ks = stats.kstest(x, cdf)
+    print(f"{label}: mean {g_mean:.4f} vs {mean:.4f} (z {(g_mean - mean) / se:+.2f}), var "
+          f"{g_var:.4f} vs {var:.4f} (z {(g_var - var) / se_var:+.2f}), KS p {ks.pvalue:.3g} "
+          f"on {x.size} draws, ESS/draw {var / se**2 / draws.size:.2f}")
+    assert abs(g_mean - mean) < Z_TOL * se, (label, g_mean, mean, se)
+    assert abs(g_var - var) < Z_TOL * se_var, (label, g_var, var, se_var)
+    assert ks.pvalue > KS_P, (label, ks)
+    return mean, var, cdf, x.size
+
+
+def assert_not_gaussian(mean, var, cdf, size, label):
+    """The KS test sees the posterior is not Gaussian: the moment-matched Gaussian's CDF is
+    further from the exact one than 3x the 1e-4 critical distance for this sample size."""
+    grid = np.linspace(mean - 8 * math.sqrt(var), mean + 8 * math.sqrt(var), 20001)
+    dist = np.max(np.abs(cdf(grid) - stats.norm.cdf(grid, mean, math.sqrt(var))))
+    assert dist > 3.0 * stats.kstwobign.isf(KS_P) / math.sqrt(size), (label, dist)
+
+
+@pytest.mark.parametrize("name", list(ONE_D))
+def test_single_latent_posterior_matches_grid_integration(name):
+    """For each augmented single-latent likelihood and a few targets, the Gibbs draws of
+    f (f ~ N(m0, k) a priori, one observation) have the mean and variance of the exact
+    posterior N(f | m0, k) p(y | f) / Z (grid integration, 2e5 points) within Monte Carlo
+    error, and pass a KS test against its CDF (draws thinned to autocorrelation < 0.03).
+    Priors and targets make several posteriors far from Gaussian (a kink at the Laplace /
+    SVM hinge, a bimodal Student-t posterior for an outlier, the skewed y = 0 count): for
+    those the moment-matched Gaussian is asserted to fail the same KS test."""
+    make, m0, k, values = ONE_D[name]
+    post = one_d_run(name)
+    F = np.asarray(post.f)
+    y = one_d_targets(values)
+    np.testing.assert_array_equal(np.asarray(post.y), y)
+    for value in values:
+        cols = np.flatnonzero(y == value)
+        draws = F[:, :, cols].transpose(0, 2, 1).reshape(-1, F.shape[1])  # one chain per copy
+        label = f"{name} y={value:g}"
+        mean, var, cdf, size = check_one_d(draws, make(), value, m0, k, label)
+        if (name, value) in NON_GAUSSIAN:
+            assert_not_gaussian(mean, var, cdf, size, label)
+
+
+# --- several latent functions at n = 1 ----------------------------------------------------
+
+N_SM = 18  # logistic-softmax coordinates (labels 0, 1, 2 repeated)
+K_SM = 2.0
+N_HET = 20
+HET_KERNELS = ((1.0, 1.0), (1.5, 0.8))  # (lengthscale, variance) of f and of g
+HET_MEANS = (0.0, 1.0)
+HET_PREC = 1.0
+MULTI_RUN = agp.GibbsSampling(n_samples=6000 if FULL else 2000, n_chains=4, burn_in=200,
+                              store_aux=True)
+
+
+def softmax_model(per_latent_kernels=False):
+    kernel = [kern(1.0, K_SM) for _ in range(3)] if per_latent_kernels else kern(1.0, K_SM)
+    return agp.MCGP(kernel, LIK.LogisticSoftmax(3))
+
+
+def hetero_model():
+    return agp.MCGP([kern(*p) for p in HET_KERNELS], LIK.HeteroscedasticGaussian(fp(HET_PREC)),
+                    mean=[const(c) for c in HET_MEANS])
+
+
+SM_LABELS_FAR = np.resize(np.arange(3), N_SM)
+HET_Y_FAR = np.resize([0.5, 2.5], N_HET)
+
+
+@functools.cache
+def softmax_far_run(per_latent_kernels=False):
+    return agp.sample(softmax_model(per_latent_kernels), X_FAR[:N_SM], SM_LABELS_FAR,
+                      MULTI_RUN, key=jax.random.PRNGKey(3))
+
+
+@functools.cache
+def hetero_far_run():
+    return agp.sample(hetero_model(), X_FAR[:N_HET], HET_Y_FAR, MULTI_RUN,
+                      key=jax.random.PRNGKey(4))
+
+
+def grid_moments(logp, axes):
+    """Means and variances of each coordinate of the density exp(logp) on the product
+    grid ``axes`` (logp evaluated on the meshgrid, 'ij' indexing)."""
+    p = np.exp(logp - logp.max())
+    p /= p.sum()
+    out = []
+    for d, ax in enumerate(axes):
+        marg = p.sum(axis=tuple(i for i in range(len(axes)) if i != d))
+        mean = np.sum(marg * ax)
+        out.append((mean, np.sum(marg * (ax - mean) ** 2)))
+    edge = max(np.max(np.take(p, [0, -1], axis=d)) for d in range(len(axes)))
+    assert edge < 1e-10 * p.max()
+    return np.array(out)
+
+
+def assert_multi_moments(draws, exact, label):
+    """draws (chains, samples, C) of one problem vs exact (C, 2) means and variances."""
+    for c in range(exact.shape[0]):
+        mean, se, var, se_var = mc_se(draws[..., c])
+        print(f"{label} latent {c}: mean {mean:.4f} vs {exact[c, 0]:.4f} (z "
+              f"{(mean - exact[c, 0]) / se:+.2f}), var {var:.4f} vs {exact[c, 1]:.4f} (z "
+              f"{(var - exact[c, 1]) / se_var:+.2f})")
+        assert abs(mean - exact[c, 0]) < Z_TOL * se, (label, c, mean, exact[c], se)
+        assert abs(var - exact[c, 1]) < Z_TOL * se_var, (label, c, var, exact[c], se_var)
+
+
+def test_logistic_softmax_single_point_matches_grid_integration():
+    """Logistic-softmax, C = 3, f ~ N(0, 2 I) a priori, one label: E[f_c] and Var[f_c] of
+    the Gibbs draws against a 3-D grid integration of N(f | 0, 2 I) p(y | f) (121^3 points
+    on [-9, 9]^3, where the trapezoid rule is spectrally accurate), per class and label.
+    The observed class moves up, the others down (asserted, so a sampler that ignores the
+    data fails)."""
+    post = softmax_far_run()
+    F = np.asarray(post.f)
+    assert F.shape == (4, MULTI_RUN.n_samples, N_SM, 3)
+    ax = np.linspace(-9.0, 9.0, 121)
+    G = np.stack(np.meshgrid(ax, ax, ax, indexing="ij"), -1)
+    ls = log_sigmoid(G)
+    log_norm = np.logaddexp.reduce(ls, -1)
+    prior = -0.5 * np.sum(G**2, -1) / K_SM
+    for label in range(3):
+        exact = grid_moments(prior + ls[..., label] - log_norm, [ax] * 3)
+        assert exact[label, 0] > 0.3 and np.all(np.delete(exact[:, 0], label) < -0.1)
+        cols = np.flatnonzero(SM_LABELS_FAR == label)
+        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 3)
+        assert_multi_moments(draws, exact, f"softmax y={label}")
+
+
+def test_heteroscedastic_single_point_matches_grid_integration():
+    """Heteroscedastic Gaussian, f ~ N(0, 1), g ~ N(1, 0.8), y ~ N(f, 1 / sigmoid(g)):
+    E and Var of (f, g) from the Gibbs draws (f | g collapsed, then (n, w) | f, g, then
+    g | n, w) against a 2-D grid integration (801 x 801). y = 2.5 is far out: its g
+    posterior moves down (more noise), y = 0.5 moves it up."""
+    post = hetero_far_run()
+    F = np.asarray(post.f)
+    assert F.shape == (4, MULTI_RUN.n_samples, N_HET, 2)
+    (_, vf), (_, vg) = HET_KERNELS
+    af = np.linspace(-8.0, 8.0, 801)
+    ag = HET_MEANS[1] + np.linspace(-12.0, 12.0, 801) * math.sqrt(vg)
+    Fg, Gg = np.meshgrid(af, ag, indexing="ij")
+    prior = -0.5 * Fg**2 / vf - 0.5 * (Gg - HET_MEANS[1]) ** 2 / vg
+    shifts = []
+    for value in (0.5, 2.5):
+        loglik = 0.5 * log_sigmoid(Gg) - 0.5 * HET_PREC * special.expit(Gg) * (value - Fg) ** 2
+        exact = grid_moments(prior + loglik, [af, ag])
+        shifts.append(exact[1, 0] - HET_MEANS[1])
+        cols = np.flatnonzero(HET_Y_FAR == value)
+        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
+        assert_multi_moments(draws, exact, f"hetero y={value:g}")
+    assert shifts[0] > 0.05 and shifts[1] < -0.05, shifts
+
+
+# --- correlated problems: a long elliptical-slice run --------------------------------------
+
+
+X_COR = np.linspace(0.0, 6.0, N1)[:, None]
+COR_LS, COR_VAR = 0.8, 2.0
+
+
+def logistic_targets():
+    rng = np.random.default_rng(5)
+    return np.where(rng.uniform(size=N1) < special.expit(2.0 * np.sin(X_COR[:, 0])), 1.0, -1.0)
+
+
+def student_targets():
+    rng = np.random.default_rng(6)
+    y = np.sin(X_COR[:, 0]) + 0.2 * rng.normal(size=N1)
+    y[[4, 13, 22]] += [3.0, -3.0, 3.0]  # gross outliers
+    return y
+
+
+@functools.cache
+def correlated_run(name):
+    make, m0, _, _ = ONE_D[name]
+    y = {"Logistic": logistic_targets, "StudentT": student_targets}[name]()
+    model = agp.MCGP(kern(COR_LS, COR_VAR), make(), mean=const(m0))
+    return agp.sample(model, X_COR, y, RUN, key=jax.random.PRNGKey(11)), y
+
+
+def numpy_loglik(name, y, m0):
+    if name == "Logistic":
+        return lambda F: np.sum(log_sigmoid(y * (F + m0)), -1)
+    return lambda F: -2.0 * np.sum(np.log1p(((y - F - m0) / 0.3) ** 2 / 3.0), -1)  # df 3
+
+
+def ess_oracle(loglik, K, n_chains, n_keep, n_burn, seed):
+    """Elliptical slice: (mean, se of mean, sd, se of sd) per coordinate, standard errors
+    from the spread over independent chains."""
+    means, second = elliptical_slice(loglik, K, n_chains, n_keep, n_burn, seed)
+    pm = means.mean(0)
+    chain_sd = np.sqrt(np.maximum(second - means**2, 0.0))
+    psd = np.sqrt(second.mean(0) - pm**2)
+    return (pm, means.std(0, ddof=1) / math.sqrt(n_chains), psd,
+            chain_sd.std(0, ddof=1) / math.sqrt(n_chains))
+
+
+def assert_matches_oracle(gibbs, oracle, label, prior_mean, move=1.0):
+    """Per-coordinate means within Z_TOL combined standard errors, and sds likewise, with
+    enough precision to see a 5% error in the sd; the data moved the posterior."""
+    gm, gse, gsd, gse_sd = gibbs
+    pm, pse, psd, pse_sd = oracle
+    z = (gm - pm) / np.hypot(gse, pse)
+    zsd = (gsd - psd) / np.hypot(gse_sd, pse_sd)
+    ratio = gsd / psd
+    print(f"{label}: max |z| mean {np.max(np.abs(z)):.2f}, sd {np.max(np.abs(zsd)):.2f}; "
+          f"sd ratio {ratio.min():.4f} - {ratio.max():.4f}; rel. se of sd ratio <= "
+          f"{np.max(np.hypot(gse_sd, pse_sd) / psd):.4f}")
+    assert np.max(np.hypot(gse_sd, pse_sd) / psd) < 0.0125  # a 5% sd error is > 4 se
+    assert np.max(np.abs(z)) < 4.0, z
+    assert np.max(np.abs(zsd)) < 4.0, zsd
+    assert np.max(np.abs(pm - prior_mean) / psd) > move
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Logistic", "StudentT"])
+def test_correlated_posterior_matches_elliptical_slice(name):
+    """n = 30 correlated points (Matern-5/2, lengthscale 0.8, variance 2): logistic
+    classification, and Student-t regression (df 3, scale 0.3) with 3 gross outliers,
+    whose posterior is not log-concave. Gibbs (4 chains x 2500) against elliptical slice
+    sampling (independent numpy code; 40 chains x 2000 after 500 burn-in, 200 x 5000 with
+    AGP_FULL_SLOW=1): the means within 4 standard errors of their difference (Gibbs se
+    from the ESS, slice se from the spread of its chains), the sds likewise and to a few
+    percent."""
+    post, y = correlated_run(name)
+    m0 = ONE_D[name][1]
+    K = matern52(X_COR, X_COR, COR_LS, COR_VAR) + 1e-10 * np.eye(N1)
+    n_chains, n_keep, n_burn = (200, 5000, 1000) if FULL else (40, 2000, 500)
+    pm, pse, psd, pse_sd = ess_oracle(numpy_loglik(name, y, m0), K, n_chains, n_keep,
+                                      n_burn, seed=21)
+    assert_matches_oracle(per_point_se(post.f), (pm + m0, pse, psd, pse_sd), name, m0,
+                          move=1.0 if name == "Logistic" else 2.0)
+
+
+SM_LS = 1.0
+
+
+def softmax_cor_labels():
+    rng = np.random.default_rng(8)
+    x = X_COR[:N_SM, 0]
+    logits = np.stack([2.0 * np.sin(x), 2.0 * np.cos(x), np.zeros_like(x)], -1)
+    p = np.exp(log_sigmoid(logits))
+    p /= p.sum(-1, keepdims=True)
+    return np.array([rng.choice(3, p=pi) for pi in p])
+
+
+@functools.cache
+def softmax_cor_run():
+    y = softmax_cor_labels()
+    return agp.sample(softmax_model(), X_COR[:N_SM], y, MULTI_RUN, key=jax.random.PRNGKey(12)), y
+
+
+def het_cor_targets():
+    rng = np.random.default_rng(9)
+    x = X_COR[:N_HET, 0]
+    sd = np.where(x > 3.0, 1.5, 0.3)
+    return np.sin(x) + sd * rng.normal(size=N_HET)
+
+
+@functools.cache
+def hetero_cor_run():
+    y = het_cor_targets()
+    return agp.sample(hetero_model(), X_COR[:N_HET], y, MULTI_RUN, key=jax.random.PRNGKey(13)), y
+
+
+@pytest.mark.slow
+def test_logistic_softmax_correlated_matches_elliptical_slice():
+    """Logistic-softmax, C = 3, 18 correlated points (3 x 18 = 54 latent values): Gibbs
+    against elliptical slice sampling of the joint latent (block-diagonal prior) as for
+    the binary case."""
+    post, y = softmax_cor_run()
+    n = N_SM
+    K1 = matern52(X_COR[:n], X_COR[:n], 1.0, K_SM)
+    K = np.kron(np.eye(3), K1) + 1e-10 * np.eye(3 * n)
+    Y = np.eye(3)[y].T.ravel()  # (3n,) one-hot, class-major like F
+
+    def loglik(F):
+        ls = log_sigmoid(F).reshape(F.shape[0], 3, n)
+        return np.sum(ls.reshape(F.shape[0], -1) * Y, -1) - np.sum(
+            np.logaddexp.reduce(ls, axis=1), -1)
+
+    n_chains, n_keep, n_burn = (200, 5000, 1000) if FULL else (40, 2000, 500)
+    oracle = ess_oracle(loglik, K, n_chains, n_keep, n_burn, seed=22)
+    F = np.asarray(post.f).transpose(0, 1, 3, 2).reshape(*post.f.shape[:2], 3 * n)
+    assert_matches_oracle(per_point_se(F), oracle, "softmax", 0.0, move=0.8)
+
+
+@pytest.mark.slow
+def test_heteroscedastic_correlated_matches_elliptical_slice():
+    """Heteroscedastic Gaussian, 20 correlated points (noise sd 0.3 left, 1.5 right):
+    Gibbs of (f, g) against elliptical slice sampling of the joint latent (2 x 20)."""
+    post, y = hetero_cor_run()
+    n = N_HET
+    X = X_COR[:n]
+    K = np.zeros((2 * n, 2 * n))
+    K[:n, :n] = matern52(X, X, *HET_KERNELS[0])
+    K[n:, n:] = matern52(X, X, *HET_KERNELS[1])
+    K += 1e-10 * np.eye(2 * n)
+    mu0 = np.repeat(HET_MEANS, n)
+
+    def loglik(F):
+        f, g = F[:, :n] + mu0[:n], F[:, n:] + mu0[n:]
+        return np.sum(0.5 * log_sigmoid(g) - 0.5 * HET_PREC * special.expit(g) * (y - f) ** 2, -1)
+
+    n_chains, n_keep, n_burn = (200, 5000, 1000) if FULL else (40, 2000, 500)
+    pm, pse, psd, pse_sd = ess_oracle(loglik, K, n_chains, n_keep, n_burn, seed=23)
+    F = np.asarray(post.f).transpose(0, 1, 3, 2).reshape(*post.f.shape[:2], 2 * n)
+    assert_matches_oracle(per_point_se(F), (pm + mu0, pse, psd, pse_sd), "hetero", mu0,
+                          move=1.0)
+
+
+# --- chain quality ---------------------------------------------------------------------------
+
+
+def test_logistic_chain_quality():
+    """Thesis ch. 5 Table 2: augmented Gibbs on GP classification mixes well. On the
+    30-point logistic problem (4 chains x 2500 after 200 burn-in): split R-hat < 1.01 at
+    every point, median lag-1 autocorrelation < 0.3, ESS per sample reported (and > 0.2)."""
+    post, _ = correlated_run("Logistic")
+    rhat = post.rhat()
+    summ = post.summary()
+    ess_per = post.ess() / (post.n_chains * post.n_samples)
+    print(f"logistic Gibbs: max R-hat {rhat.max():.4f}; acf1 median "
+          f"{np.median(summ['acf1']):.3f} (max {summ['acf1'].max():.3f}); ESS per sample "
+          f"median {np.median(ess_per):.3f} (min {ess_per.min():.3f})")
+    assert rhat.shape == (N1,) and rhat.max() < 1.01
+    assert np.median(summ["acf1"]) < 0.3
+    assert ess_per.min() > 0.2
+    np.testing.assert_allclose(summ["rhat"], rhat)
+    np.testing.assert_allclose(summ["mean"], np.asarray(post.f).mean((0, 1)), atol=1e-12)
+
+
+# --- plumbing ------------------------------------------------------------------------------
+
+
+def small_gauss():
+    return gauss_model(), XG, YG
+
+
+def test_shapes_of_samples_and_aux():
+    """f, v, aux shapes: single latent (Gaussian aux: w = 1), multi-class
+    (CountAux (..., n, C)), heteroscedastic (CountAux (..., n) and sigmoid(g)); counts are
+    non-negative integers and the Polya-Gamma draws positive; store_aux=False keeps none."""
+    model, X, y = small_gauss()
+    s = agp.GibbsSampling(n_samples=7, n_chains=3, burn_in=2, store_aux=True)
+    post = agp.sample(model, X, y, s)
+    n = len(y)
+    assert post.f.shape == post.v.shape == post.aux.shape == (3, 7, n)
+    assert post.n_chains == 3 and post.n_samples == 7
+    np.testing.assert_array_equal(np.asarray(post.aux), 1.0)
+    assert gauss_run("full").aux is None
+
+    sm = softmax_far_run()
+    S = MULTI_RUN.n_samples
+    assert sm.f.shape == sm.v.shape == (4, S, N_SM, 3)
+    assert sm.aux.n.shape == sm.aux.w.shape == (4, S, N_SM, 3)
+    counts = np.asarray(sm.aux.n)
+    assert np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.max() > 0
+    assert np.all(np.asarray(sm.aux.w) > 0)
+    het = hetero_far_run()
+    assert het.f.shape == het.v.shape == (4, S, N_HET, 2)
+    assert het.aux.n.shape == het.aux.w.shape == het.aux.sigmoid_g.shape == (4, S, N_HET)
+    # sigmoid_g is sigmoid(g) at the g the sweep's last (n, w) draw conditioned on
+    assert np.all((np.asarray(het.aux.sigmoid_g) > 0) & (np.asarray(het.aux.sigmoid_g) < 1))
+    sp = gauss_run("sparse")
+    assert sp.f.shape == (4, GAUSS_RUN.n_samples, n) and sp.v.shape[-1] == 4
+
+
+def test_keys_thin_burn_in_and_n_samples():
+    """Same key: identical samples; another key: different ones. A longer run with the same
+    key repeats the shorter one's samples first (sample i's key is fold_in(key, i)); burn-in
+    and thinning change the draws."""
+    model, X, y = small_gauss()
+    base = dict(n_chains=2, burn_in=3)
+    run = lambda key=0, **kw: np.asarray(
+        agp.sample(model, X, y, agp.GibbsSampling(**{"n_samples": 5, **base, **kw}),
+                   key=jax.random.PRNGKey(key)).f)
+    a = run()
+    np.testing.assert_array_equal(a, run())
+    np.testing.assert_array_equal(a, np.asarray(agp.sample(
+        model, X, y, agp.GibbsSampling(n_samples=5, **base)).f))  # default key PRNGKey(0)
+    assert np.all(a != run(key=1))
+    np.testing.assert_array_equal(run(n_samples=8)[:, :5], a)
+    assert np.all(run(burn_in=4) != a)
+    assert np.all(run(thin=2) != a)
+    assert not np.allclose(a[0], a[1])  # chains differ
+
+
+def test_thinning_reduces_autocorrelation():
+    """thin = 3 keeps every third sweep: its lag-1 autocorrelation matches the lag-3
+    autocorrelation of the unthinned chain (Student-t regression with outliers, a chain
+    with visible autocorrelation)."""
+    model = agp.MCGP(kern(COR_LS, COR_VAR), LIK.StudentT(fp(3.0), fp(0.3)))
+    X, y = X_COR[:10], student_targets()[:10]
+    s = dict(n_chains=4, burn_in=100)
+    one = agp.sample(model, X, y, agp.GibbsSampling(n_samples=6000, **s), key=jax.random.PRNGKey(2))
+    three = agp.sample(model, X, y, agp.GibbsSampling(n_samples=2000, thin=3, **s),
+                       key=jax.random.PRNGKey(2))
+    acf = diagnostics.autocorrelation(one.f, max_lag=3)
+    acf_thin = diagnostics.autocorrelation(three.f, max_lag=1)
+    assert np.median(acf[1]) > 0.3  # the test has something to see
+    np.testing.assert_allclose(acf_thin[1], acf[3], atol=0.1)
+    assert np.median(acf_thin[1]) < np.median(acf[1]) - 0.15
+
+
+def test_shared_kernel_equals_list_of_identical_kernels():
+    """One kernel shared by the C = 3 latents and a list of 3 identical kernels take
+    different code paths (priors evaluated once, or stacked and mapped over) but draw the
+    same numbers: identical samples to rounding."""
+    a = softmax_far_run()
+    b = softmax_far_run(per_latent_kernels=True)
+    np.testing.assert_allclose(np.asarray(b.f), np.asarray(a.f), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(b.v), np.asarray(a.v), rtol=0, atol=1e-8)
+
+
+def manual_conditionals(post, X, Xs, ls, var, m0):
+    """Per-sample means (S, n*) and variance (n*,) of f(Xs) | f(X), numpy."""
+    K = matern52(X, X, ls, var)
+    Ks = matern52(X, Xs, ls, var)
+    F = np.asarray(post.f).reshape(-1, X.shape[0])
+    means = m0 + (F - m0) @ np.linalg.solve(K, Ks)
+    v = var - np.sum(Ks * np.linalg.solve(K, Ks), 0)
+    return means, v
+
+
+XS_COR = np.linspace(-0.5, 6.5, 7)[:, None]
+
+
+def test_predictions_average_per_sample_conditionals_binary():
+    """Logistic: predict_proba is the sample average of the per-sample predictive
+    probabilities int sigmoid(f*) N(f* | mean_s, var) df*, with mean_s, var the GP
+    conditional of f(Xs) on the sample (numpy); predict_y = (p, p (1 - p)) and
+    predict_log_density = log p(y*) from the same average."""
+    post, _ = correlated_run("Logistic")
+    lik = post.likelihood
+    means, v = manual_conditionals(post, X_COR, XS_COR, COR_LS, COR_VAR, 0.5)
+    p_s = np.asarray(lik.predict_proba(jnp.asarray(means), jnp.asarray(v)))
+    p = p_s.mean(0)
+    np.testing.assert_allclose(np.asarray(post.predict_proba(XS_COR)), p, atol=1e-8)
+    ey, vy = (np.asarray(a) for a in post.predict_y(XS_COR))
+    np.testing.assert_allclose(ey, p, atol=1e-8)
+    np.testing.assert_allclose(vy, p * (1 - p), atol=1e-8)
+    ys = np.resize([1.0, -1.0], len(XS_COR))
+    lpd = np.asarray(post.predict_log_density(XS_COR, ys))
+    np.testing.assert_allclose(lpd, np.log(np.where(ys > 0, p, 1 - p)), atol=1e-8)
+    # {0, 1} labels are accepted for ynew as for y
+    np.testing.assert_allclose(post.predict_log_density(XS_COR, (ys > 0).astype(int)), lpd)
+
+
+def test_predictions_average_per_sample_conditionals_regression():
+    """Student-t: predict_f, predict_y (law of total variance over samples) and
+    predict_log_density (log of the average of the per-sample predictive densities, each
+    a 1-D integral over f*) against the same quantities from numpy conditionals."""
+    post, _ = correlated_run("StudentT")
+    lik = post.likelihood
+    means, v = manual_conditionals(post, X_COR, XS_COR, COR_LS, COR_VAR, 0.0)
+    m, var = (np.asarray(a) for a in post.predict_f(XS_COR))
+    np.testing.assert_allclose(m, means.mean(0), atol=1e-8)
+    np.testing.assert_allclose(var, v + means.var(0), atol=1e-8)
+    noise = 0.3**2 * 3.0
+    ey, vy = (np.asarray(a) for a in post.predict_y(XS_COR))
+    np.testing.assert_allclose(ey, means.mean(0), atol=1e-8)
+    np.testing.assert_allclose(vy, v + noise + means.var(0), rtol=1e-7)
+    ys = np.sin(XS_COR[:, 0]) + 0.5
+    # p(y* | sample) = int t_3(y* | f, 0.3) N(f | mean_s, v) df by quadrature (a subset)
+    idx = np.arange(0, means.shape[0], 97)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)
+    fs = means[idx, :, None] + np.sqrt(v)[None, :, None] * nodes
+    dens = stats.t.pdf(ys[None, :, None], 3.0, loc=fs, scale=0.3) @ weights / math.sqrt(
+        2 * math.pi)
+    logp_s = np.asarray(lik.predictive_log_prob(jnp.asarray(ys), jnp.asarray(means[idx]),
+                                                jnp.asarray(v)))
+    np.testing.assert_allclose(logp_s, np.log(dens), rtol=1e-6, atol=1e-8)
+    full = np.asarray(lik.predictive_log_prob(jnp.asarray(ys), jnp.asarray(means),
+                                              jnp.asarray(v)))
+    expected = special.logsumexp(full, 0) - math.log(full.shape[0])
+    np.testing.assert_allclose(np.asarray(post.predict_log_density(XS_COR, ys)), expected,
+                               atol=1e-8)
+
+
+def test_multiclass_predictions_and_labels():
+    """Logistic-softmax: predict_proba rows sum to 1 and match the sample average of the
+    per-sample class probabilities (the likelihood's QMC integral of p(y | f*) over the
+    conditional) within the Monte Carlo error of one draw per sample; predict_class
+    returns the likelihood's labels (strings here) at the argmax; predict_log_density
+    is log of the probability of the given class."""
+    post, y = softmax_cor_run()
+    X = X_COR[:N_SM]
+    lik = post.likelihood
+    F = np.asarray(post.f)
+    S = F.shape[0] * F.shape[1]
+    means = np.empty((S, len(XS_COR), 3))
+    for c in range(3):
+        sub = eqx.tree_at(lambda p: p.f, post, post.f[..., c])
+        means[..., c], v = manual_conditionals(sub, X, XS_COR, 1.0, K_SM, 0.0)
+    proba = np.asarray(post.predict_proba(XS_COR))
+    assert proba.shape == (len(XS_COR), 3)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-12)
+    idx = np.arange(0, S, 16)
+    var = np.broadcast_to(v[:, None], means.shape[1:])
+    ref = np.mean([np.asarray(lik.predict_proba(jnp.asarray(means[i]), jnp.asarray(var)))
+                   for i in idx], 0)
+    assert np.max(np.abs(proba - ref)) < Z_TOL * 0.5 / math.sqrt(S) + Z_TOL * 0.5 / math.sqrt(
+        idx.size)
+    labelled = agp.MCPosterior(agp.MCGP(kern(1.0, K_SM), LIK.LogisticSoftmax(["a", "b", "c"])),
+                               post.X, post.y, post.f, post.v)
+    classes = labelled.predict_class(XS_COR)
+    np.testing.assert_array_equal(classes, np.array(["a", "b", "c"])[np.argmax(proba, 1)])
+    ynew = np.resize(["c", "a", "b"], len(XS_COR))
+    lpd = np.asarray(labelled.predict_log_density(XS_COR, ynew))
+    codes = np.searchsorted(["a", "b", "c"], ynew)
+    np.testing.assert_allclose(lpd, np.log(proba[np.arange(len(XS_COR)), codes]), atol=1e-10)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def test_errors():
+    k = kern()
+    for lik in (LIK.Probit(), LIK.Softmax(3), LIK.Poisson(), LIK.RobustMax(3)):
+        with pytest.raises(ValueError, match="augmentation"):
+            agp.MCGP(k, lik)
+    with pytest.raises(ValueError):
+        agp.MCGP(k, "logistic")
+    with pytest.raises(ValueError):
+        agp.MCGP([k, k], LIK.Logistic())  # a kernel list needs several latents
+    with pytest.raises(ValueError):
+        agp.MCGP([k, k], LIK.LogisticSoftmax(3))  # 2 kernels for 3 latents
+    for bad in (dict(n_samples=0), dict(n_samples=2.5), dict(n_samples=True), dict(thin=0),
+                dict(burn_in=-1), dict(n_chains=0), dict(burn_in=1.5)):
+        with pytest.raises(ValueError):
+            agp.GibbsSampling(**bad)
+    model, X, y = small_gauss()
+    with pytest.raises(ValueError, match="MCGP"):
+        agp.sample(agp.GP(k, LIK.Gaussian()), X, y)
+    with pytest.raises(ValueError, match="GibbsSampling"):
+        agp.sample(model, X, y, agp.AnalyticVI())
+    with pytest.raises(ValueError):
+        agp.sample(model, X, y[:-1])
+    with pytest.raises(ValueError):
+        agp.sample(model, X[:, 0], y)
+    Xn = X.copy()
+    Xn[3, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        agp.sample(model, Xn, y)
+    yn = y.copy()
+    yn[2] = np.inf
+    with pytest.raises(ValueError):
+        agp.sample(model, X, yn)
+    with pytest.raises(ValueError, match="columns"):
+        agp.sample(gauss_model(inducing=XG[:3]), np.hstack([X, X]), y)
+    with pytest.raises(ValueError):
+        agp.sample(agp.MCGP(k, LIK.Logistic()), X, np.resize([0.0, 2.0], len(y)))
+    with pytest.raises(ValueError, match="not among"):
+        agp.sample(agp.MCGP(k, LIK.LogisticSoftmax(["a", "b", "c"])), X[:4], ["a", "b", "d", "a"])
+    with pytest.raises(ValueError):
+        agp.sample(agp.MCGP(k, LIK.LogisticPoisson()), X[:3], [1.0, -1.0, 2.0])
+    post = gauss_run("full")
+    with pytest.raises(ValueError, match="columns"):
+        post.predict_f(np.zeros((3, 2)))
+    with pytest.raises(TypeError):
+        post.predict_proba(XS_G)
+    with pytest.raises(TypeError):
+        post.predict_class(XS_G)
