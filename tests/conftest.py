@@ -1,8 +1,14 @@
 import os
-from pathlib import Path
 
-import numpy as np
-import pytest
+# JAX's CPU Cholesky and triangular solves call scipy's OpenBLAS, whose worker threads
+# slow a 246 x 246 Cholesky from 0.5 ms to 10-80 ms on a busy 2-core machine (measured):
+# the tests use small matrices, so one BLAS thread (set before numpy loads OpenBLAS)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 import augmentedgp  # noqa: F401  (enables float64 before any test builds arrays)
 

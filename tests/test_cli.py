@@ -26,6 +26,10 @@ def test_demo_runs_and_reports_sensible_metrics():
     assert float(augmented.split("test accuracy")[1].split()[1]) > 0.8
     elbo = float(augmented.split("train ELBO")[1].split()[1])
     assert float(augmented.split("augmented ELBO")[1].split()[1]) <= elbo  # Jensen
+    gibbs = out.split("Gibbs sampling")[1]
+    assert float(gibbs.split("test RMSE")[1].split()[1]) < 2.0
+    assert float(gibbs.split("max split R-hat")[1].split()[1]) < 1.05
+    assert float(gibbs.split("min bulk ESS")[1].split()[1]) > 100
 
 
 def test_datasets():
