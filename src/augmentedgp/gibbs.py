@@ -54,7 +54,7 @@ from .kernels import Kernel
 from .likelihoods import Likelihood
 from .means import Mean
 from .params import Parameter, fixed, log_prior, parameters, partition_trainable
-from .posterior import Predictive, site_alpha, system_factor
+from .posterior import Predictive, site_alpha
 from .sparse import SVGP, _inducing_parameter
 from .validation import check_X
 from .variational import map_latents
@@ -155,9 +155,11 @@ class SparsePrior(NamedTuple):
 def _draw_full(key, prior: FullPrior, beta, gamma):
     """(f, v) with f ~ N(S (K^-1 m + beta), S), S = (K^-1 + diag gamma)^-1, by Matheron's
     rule (module docstring), and v = L^-1 (f - m) its whitened value."""
-    e = jax.random.normal(key, (2, prior.m0.shape[0]), prior.K.dtype)
+    n = prior.m0.shape[0]
+    e = jax.random.normal(key, (2, n), prior.K.dtype)
     f0 = prior.m0 + prior.L @ e[0]
-    s, LB = system_factor(prior.K, gamma)
+    s = jnp.sqrt(gamma)  # B = I + s K s has eigenvalues >= 1: no jitter needed
+    LB = jnp.linalg.cholesky(jnp.eye(n, dtype=prior.K.dtype) + s[:, None] * prior.K * s)
     f = f0 + prior.K @ site_alpha(s, LB, beta - gamma * f0 - s * e[1])
     return f, linalg.solve_lower(prior.L, f - prior.m0)
 
@@ -168,7 +170,7 @@ def _draw_sparse(key, prior: SparsePrior, beta, gamma):
     M, n = A.shape
     k1, k2 = jax.random.split(key)
     e1, e2 = jax.random.normal(k1, (M,), A.dtype), jax.random.normal(k2, (n,), A.dtype)
-    R = linalg.cholesky(jnp.eye(M, dtype=A.dtype) + (A * gamma) @ A.T)
+    R = jnp.linalg.cholesky(jnp.eye(M, dtype=A.dtype) + (A * gamma) @ A.T)  # >= I
     v = linalg.cho_solve(R, A @ (beta - gamma * prior.m0)) + linalg.solve_upper_t(R, e1)
     return prior.m0 + A.T @ v + jnp.sqrt(prior.resid) * e2, v
 
@@ -276,8 +278,9 @@ def _run(model: MCGP, X, y, key, settings: GibbsSampling):
         def keep(state, i):
             k = jax.random.fold_in(k_keep, i)
             j0 = settings.burn_in + i * settings.thin
-            state = lax.fori_loop(1, settings.thin, lambda j, s: step(
-                jax.random.fold_in(k, j), s, j0 + j - 1)[0], state)
+            if settings.thin > 1:
+                state = lax.fori_loop(1, settings.thin, lambda j, s: step(
+                    jax.random.fold_in(k, j), s, j0 + j - 1)[0], state)
             state, aux = step(jax.random.fold_in(k, 0), state, j0 + settings.thin - 1)
             F, V, h, _ = state
             return state, (F, V, h if settings.hyper_every else None,
