@@ -38,6 +38,7 @@ Chains run in parallel: ``vmap`` on accelerators, a compiled ``lax.map`` on CPU 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
 import equinox as eqx
@@ -83,8 +84,9 @@ class GibbsSampling(eqx.Module):
         for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
                           ("hyper_every", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or int(v) != v or v < low:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or int(v) != v or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+            object.__setattr__(self, name, int(v))  # static: a plain int (6.0, np.int64(6))
         if not (math.isfinite(self.hyper_step) and self.hyper_step > 0):
             raise ValueError(f"hyper_step must be > 0, got {self.hyper_step!r}")
 
@@ -383,7 +385,11 @@ class MCPosterior(Predictive):
         return mean, var + jnp.einsum("sic,sjc->cij", d, d) / d.shape[0]
 
     def predict_y(self, Xnew):
-        """Mean and variance of y at Xnew, mixed over the samples."""
+        """Mean and variance of y at Xnew, mixed over the samples (multi-class: the class
+        probabilities p and p (1 - p), as for the other posteriors)."""
+        if hasattr(self.likelihood, "classes"):  # class probabilities p and p (1 - p)
+            p = self.predict_proba(Xnew)
+            return p, p * (1.0 - p)
         means, var = self._conditionals(Xnew)
         ey, vy = self.likelihood.predict_y(means, var)
         mean = jnp.mean(ey, 0)
