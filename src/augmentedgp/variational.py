@@ -264,6 +264,47 @@ class SiteQ(QPosterior):
         return 2 * self.lam.raw.shape[0]
 
 
+class LowRankQ(QPosterior):
+    """Whitened q(v) = N(mean, W W^T) with a factor W (M, K), possibly of rank < M: the
+    Gaussian of a particle cloud (``augmentedgp.flow``), W = centred particles / sqrt(N).
+
+    ``kl`` is the regularised KL of thesis ch. 6 section 2.5: the null directions of W W^T
+    are kept at the prior (unit variance), so only its r nonzero eigenvalues enter,
+    KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+). Predictions use W W^T itself.
+    Natural-gradient steps need a full-rank precision and are not defined here.
+    """
+
+    mean: Parameter
+    factor: Parameter
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        W = self.factor.value
+        return _marginals(A.T @ self.mean.value, W.T @ A, A, kdiag, Kxx, full_cov)
+
+    def kl(self, Kmm, Lmm):
+        W = self.factor.value
+        lam = jnp.linalg.eigvalsh(W.T @ W)
+        pos = lam > 1e-10 * jnp.max(lam)
+        logdet = jnp.sum(jnp.where(pos, jnp.log(jnp.where(pos, lam, 1.0)), 0.0))
+        mv = self.mean.value
+        return 0.5 * (jnp.sum(W**2) - jnp.sum(pos) + mv @ mv - logdet)
+
+    def whitened_natural(self, Lmm):
+        raise TypeError("LowRankQ has no natural parameters (its covariance may be "
+                        "singular); use a particle-flow or gradient fit")
+
+    def from_whitened_natural(self, theta1, P, Lmm):
+        return self.whitened_natural(Lmm)
+
+    def mean_cov(self, Kmm, Lmm):
+        W = Lmm @ self.factor.value
+        return Lmm @ self.mean.value, W @ W.T
+
+    @property
+    def num_params(self) -> int:
+        return self.mean.raw.shape[0] * (1 + self.factor.raw.shape[1])
+
+
 def make_q(kind, Lmm):
     """A q(u) at the prior for ``kind`` in {"whitened", "cholesky", "natural",
     "natural_whitened", "site"} (or a QPosterior, returned as is)."""
@@ -283,4 +324,4 @@ def make_q(kind, Lmm):
                      f"or a QPosterior, got {kind!r}")
 
 
-__all__ = ["QPosterior", "CholeskyQ", "NaturalQ", "SiteQ", "make_q", "map_latents"]
+__all__ = ["QPosterior", "CholeskyQ", "NaturalQ", "SiteQ", "LowRankQ", "make_q", "map_latents"]
