@@ -6,7 +6,9 @@ Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to o
 from . import (
     _x64,  # noqa: F401  (must run before any array is created)
     augmentation,
+    bayesian,
     diagnostics,
+    flow,
     inducing,
     inference,
     kernels,
@@ -21,6 +23,7 @@ from . import (
 )
 from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from .fit import fit
+from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow, VariationalGaussian, fit_gaussian
 from .gibbs import MCGP, GibbsSampling, MCPosterior, sample
 from .inference import EP, AnalyticSVI, AnalyticVI, Exact, Laplace, QuadratureSVI, QuadratureVI
 from .models import GP
@@ -33,8 +36,9 @@ __version__ = "0.1.0"
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
+    "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "augmentation",
-    "diagnostics", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference",
-    "linalg", "params", "samplers", "schedules", "variational",
+    "diagnostics", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference",
+    "linalg", "bayesian", "params", "samplers", "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

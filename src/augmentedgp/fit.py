@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import flow
 from .inference import QuadratureVI, _VariationalInference
 from .models import GP
 from .natgrad import direction_size, scheduled_step
@@ -65,6 +66,15 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
         return _fit_marginal(model, X, y, inference, optimizer or "lbfgs", max_iter,
                              learning_rate or 0.05, 1e-9 if tol is None else tol, n_restarts,
                              key, callback, verbose)
+    if isinstance(inference, flow.METHODS):
+        if n_restarts or validation_data is not None or hyper_every != 1:
+            raise ValueError("n_restarts, validation_data and hyper_every are not used by "
+                             "particle flows")
+        return flow.fit_vgp(model, X, y, inference, key=key, max_iter=max_iter,
+                            tol=0.0 if tol is None else tol,
+                            learning_rate=learning_rate or 0.01, optimizer=optimizer or "adam",
+                            callback=callback, verbose=verbose, chunk_size=chunk_size,
+                            window=window)
     if isinstance(model, SVGP):
         if n_restarts:
             raise ValueError("n_restarts is for GP and SGPR; for SVGP restart from "

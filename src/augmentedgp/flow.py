@@ -48,10 +48,14 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from .params import log_prior, partition_trainable
+from .gibbs import MCGP
+from .params import log_prior, partition_trainable, real
+from .sparse import SVGP, VGP, SparsePosterior
 from .training import History, optax_optimizer, run_steps
+from .variational import LowRankQ
 
-_LOG2PIE = math.log(2 * math.pi) + 1.0
+_LOG2PI = math.log(2 * math.pi)
+_LOG2PIE = _LOG2PI + 1.0
 
 # --- targets --------------------------------------------------------------------------
 
@@ -715,5 +719,70 @@ def fit_gaussian_target(target, init, method=None, *, key=None, max_iter: int = 
                 verbose=verbose, chunk_size=chunk_size, window=window, unravel=unravel)
 
 
+# --- applications -------------------------------------------------------------------------
+
+
+class GPTarget(Target):
+    """The whitened posterior of a VGP's latent values: x = (v^1, ..., v^C), f^c(X) =
+    m^c(X) + L^c v^c with K^c(X, X) = L^c L^c^T, and
+    phi(v) = -sum_i log p(y_i | f(x_i)) - log N(v | 0, I). ``data`` = (row indices, y), so
+    minibatches subsample the likelihood terms. Its trainable parameters are the model's
+    hyperparameters."""
+
+    model: SVGP = None
+    X: jax.Array = None
+
+    def potentials(self, V, batch, scale):
+        idx, y = batch
+        N, n, C = V.shape[0], self.X.shape[0], self.model.num_latent
+        priors, per_latent = MCGP._priors(self.model, self.X, self.X)
+        Vc = V.reshape(N, C, n)
+        if C == 1:
+            F = priors.m0 + Vc[:, 0] @ priors.L.T  # (N, n)
+        elif per_latent:
+            F = priors.m0.T + jnp.einsum("cij,ncj->nic", priors.L, Vc)  # (N, n, C)
+        else:
+            F = priors.m0[:, None] + jnp.einsum("ij,ncj->nic", priors.L, Vc)
+        lik = jax.vmap(lambda f: jnp.sum(self.model.likelihood.log_prob(y, f[idx])))(F)
+        return -scale * lik + 0.5 * jnp.sum(V**2, axis=1) + 0.5 * V.shape[1] * _LOG2PI
+
+
+def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: float = 0.0,
+            learning_rate: float = 0.01, optimizer="adam", callback=None, verbose: bool = False,
+            chunk_size: int = 50, window: int = 20) -> SparsePosterior:
+    """``augmentedgp.fit(VGP(...), X, y, method)`` with a flow ``method``: the particles (or
+    samples) live in the whitened latent space; the fitted q(v) becomes a
+    :class:`~augmentedgp.variational.LowRankQ` (one per latent function: with C > 1 the
+    latents are independent blocks), so the result predicts like any fitted VGP. The
+    model's trainable hyperparameters follow ``optimizer`` on the same free energy."""
+    if not isinstance(model, VGP):
+        raise TypeError("particle flows fit VGP models (the latent values at the training "
+                        f"inputs), not {type(model).__name__}")
+    model = model.bind(X)
+    Xa, ya = model._data(X, y)
+    n, C = Xa.shape[0], model.num_latent
+    blocks = getattr(method, "blocks", None)
+    if C > 1 and blocks is None:
+        blocks = (n,) * C  # SVGP keeps one q per latent function
+    elif C > 1 and blocks != "diagonal":
+        raise ValueError("with several latent functions, blocks must be None (one block per "
+                         "latent) or 'diagonal'")
+    if blocks is not getattr(method, "blocks", None):
+        method = dataclasses.replace(method, blocks=blocks)
+    target = GPTarget(data=(jnp.arange(n), ya),
+                      model=eqx.tree_at(lambda m: m.q, model, None), X=Xa)
+    q, fitted = fit_gaussian_target(
+        target, jnp.zeros(n * C), method, key=key, max_iter=max_iter, tol=tol,
+        learning_rate=learning_rate, optimizer=optimizer, callback=callback, verbose=verbose,
+        chunk_size=chunk_size, window=window)
+    factor = q.factor if q.sd is None else jnp.concatenate([jnp.diag(q.sd), q.factor], axis=1)
+    mean, factor = q.mean.reshape(C, n), factor.reshape(C, n, -1)
+    lowrank = LowRankQ(real(mean if C > 1 else mean[0], "q mean"),
+                       real(factor if C > 1 else factor[0], "q factor"))
+    fitted_model = eqx.tree_at(lambda m: m.q, fitted.model, lowrank, is_leaf=lambda x: x is None)
+    return SparsePosterior(fitted_model, Xa, ya, q.history)
+
+
 __all__ = ["ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "Target", "LogDensity",
-           "VariationalGaussian", "fit_gaussian", "fit_gaussian_target", "METHODS"]
+           "VariationalGaussian", "GPTarget", "fit_gaussian", "fit_gaussian_target", "fit_vgp",
+           "METHODS"]

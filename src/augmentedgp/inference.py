@@ -331,3 +331,6 @@ class AnalyticSVI(AnalyticVI):
 
 # sampling: augmented blocked Gibbs (it builds on the likelihoods' augmentations above)
 from .gibbs import GibbsSampling  # noqa: E402, F401
+
+# the variational Gaussian by particle flows (any log density; VGP models)
+from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow  # noqa: E402, F401

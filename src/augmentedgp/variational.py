@@ -265,40 +265,47 @@ class SiteQ(QPosterior):
 
 
 class LowRankQ(QPosterior):
-    """Whitened q(v) = N(mean, W W^T) with a factor W (M, K), possibly of rank < M: the
-    Gaussian of a particle cloud (``augmentedgp.flow``), W = centred particles / sqrt(N).
-
-    ``kl`` is the regularised KL of thesis ch. 6 section 2.5: the null directions of W W^T
-    are kept at the prior (unit variance), so only its r nonzero eigenvalues enter,
-    KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+). Predictions use W W^T itself.
-    Natural-gradient steps need a full-rank precision and are not defined here.
-    """
+    """Whitened q(v) = N(mean, W W^T + I - P_W) with a factor W (M, K) of rank r <= M and
+    P_W the projector onto its column span: the Gaussian of a particle cloud
+    (``augmentedgp.flow``, W = centred particles / sqrt(N)) with the directions the
+    particles do not span kept at the prior's unit variance -- the regularised Gaussian of
+    thesis ch. 6 section 2.5, so KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+)
+    over the r nonzero eigenvalues of W^T W, and the bound stays a bound. With r = M
+    (N > M particles) it is N(mean, W W^T). Natural-gradient steps are not defined."""
 
     mean: Parameter
     factor: Parameter
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def _basis(self):
+        """(W, Q, r): an orthonormal basis Q of span(W) (zero columns where W^T W is
+        singular) and the rank r."""
         W = self.factor.value
-        return _marginals(A.T @ self.mean.value, W.T @ A, A, kdiag, Kxx, full_cov)
+        lam, U = jnp.linalg.eigh(W.T @ W)
+        pos = lam > 1e-10 * jnp.max(lam)
+        Q = (W @ U) * jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, lam, 1.0)), 0.0)
+        return W, Q, lam, pos
+
+    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+        W, Q, _, _ = self._basis()
+        R_A = jnp.concatenate([W.T @ A, A - Q @ (Q.T @ A)], axis=0)  # (W W^T + I - Q Q^T)
+        return _marginals(A.T @ self.mean.value, R_A, A, kdiag, Kxx, full_cov)
 
     def kl(self, Kmm, Lmm):
-        W = self.factor.value
-        lam = jnp.linalg.eigvalsh(W.T @ W)
-        pos = lam > 1e-10 * jnp.max(lam)
+        W, _, lam, pos = self._basis()
         logdet = jnp.sum(jnp.where(pos, jnp.log(jnp.where(pos, lam, 1.0)), 0.0))
         mv = self.mean.value
         return 0.5 * (jnp.sum(W**2) - jnp.sum(pos) + mv @ mv - logdet)
 
     def whitened_natural(self, Lmm):
-        raise TypeError("LowRankQ has no natural parameters (its covariance may be "
-                        "singular); use a particle-flow or gradient fit")
+        raise TypeError("LowRankQ has no natural parameters; fit it with a particle flow")
 
     def from_whitened_natural(self, theta1, P, Lmm):
         return self.whitened_natural(Lmm)
 
     def mean_cov(self, Kmm, Lmm):
-        W = Lmm @ self.factor.value
-        return Lmm @ self.mean.value, W @ W.T
+        W, Q, _, _ = self._basis()
+        Sv = W @ W.T + jnp.eye(W.shape[0], dtype=W.dtype) - Q @ Q.T
+        return Lmm @ self.mean.value, Lmm @ Sv @ Lmm.T
 
     @property
     def num_params(self) -> int:
