@@ -58,6 +58,11 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
     optimizer step on the hyperparameters only every k-th iteration (AugmentedGaussian-
     Processes.jl's ``atfrequency``); the others are natural steps on q(u) alone, without
     a gradient pass.
+
+    VGP with ``inference`` a particle flow (``ParticleFlow``, ``GaussianFlow``, ``ADVI`` or
+    ``SVGD``, see :mod:`augmentedgp.flow`): the flow moves q(v) of the whitened latents
+    and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
+    free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
     """
     if isinstance(model, GP | SGPR):
         if validation_data is not None or hyper_every != 1:

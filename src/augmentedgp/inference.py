@@ -329,8 +329,7 @@ class AnalyticSVI(AnalyticVI):
         self._set_batch_size(batch_size)
 
 
-# sampling: augmented blocked Gibbs (it builds on the likelihoods' augmentations above)
-from .gibbs import GibbsSampling  # noqa: E402, F401
-
+# sampling: augmented blocked Gibbs (it builds on the likelihoods' augmentations above), and
 # the variational Gaussian by particle flows (any log density; VGP models)
-from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow  # noqa: E402, F401
+from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow  # noqa: E402, F401, I001
+from .gibbs import GibbsSampling  # noqa: E402, F401
