@@ -30,6 +30,9 @@ def test_demo_runs_and_reports_sensible_metrics():
     assert float(gibbs.split("test RMSE")[1].split()[1]) < 2.0
     assert float(gibbs.split("max split R-hat")[1].split()[1]) < 1.05
     assert float(gibbs.split("min bulk ESS")[1].split()[1]) > 100
+    flow = out.split("particle flow")[1]
+    assert float(flow.split("test accuracy")[1].split()[1]) > 0.8
+    assert float(flow.split("test NLL")[1].split()[1]) < 0.4  # majority class: 0.55
 
 
 def test_datasets():

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -252,7 +253,7 @@ class _Method(eqx.Module):
     def _check_common(self):
         lr = self.learning_rate
         lrs = tuple(lr) if isinstance(lr, tuple | list) else (lr, lr)
-        if len(lrs) != 2 or not all(isinstance(v, int | float) and math.isfinite(v) and v > 0
+        if len(lrs) != 2 or not all(isinstance(v, numbers.Real) and math.isfinite(v) and v > 0
                                     for v in lrs):
             raise ValueError("learning_rate must be a positive number or a pair (mean, "
                              f"covariance) of them, got {lr!r}")
