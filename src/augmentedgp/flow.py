@@ -90,19 +90,21 @@ class Target(eqx.Module):
 
 
 class LogDensity(Target):
-    """A :class:`Target` from one callable ``log_density(x)`` of the flat vector x."""
+    """A :class:`Target` from one callable ``log_density(x)``; ``unravel`` maps the flat
+    vector to the pytree the callable takes (identity when None)."""
 
     fn: Callable = eqx.field(static=True, default=None)
+    unravel: Callable | None = eqx.field(static=True, default=None)
 
     def log_prior(self, x):
-        return self.fn(x)
+        return self.fn(x if self.unravel is None else self.unravel(x))
 
 
-def _as_target(target) -> Target:
+def _as_target(target, unravel=None) -> Target:
     if isinstance(target, Target):
         return target
     if callable(target):
-        return LogDensity(fn=target)
+        return LogDensity(fn=target, unravel=unravel)
     raise TypeError(f"the target must be a callable log density or a Target, got {target!r}")
 
 
@@ -165,7 +167,7 @@ class VariationalGaussian(eqx.Module):
     def free_energy(self, target, key, n_samples: int = 1000) -> float:
         """Monte Carlo estimate of F[q] = E_q[phi] - H[q] (= -ELBO) from ``n_samples``
         fresh draws (the evaluation of the thesis' experiment code)."""
-        t = _as_target(target)
+        t = _as_target(target, self.unravel)
         X = self.sample(key, n_samples)
         data = tuple(jnp.asarray(a) for a in t.data)
         return float(jnp.mean(t.potentials(X, data, 1.0)) - self.entropy())
@@ -437,7 +439,7 @@ class GaussianFlow(_Method):
     def _init(self, key, x0, blocks):
         D = x0.shape[0]
         if blocks == "diagonal":
-            Gt = (jnp.full((1, D), self.init_scale),)
+            Gt = (jnp.full((1, D), self.init_scale, dtype=x0.dtype),)
         else:
             Gt = []
             for i, s in enumerate(_slices(blocks)):
@@ -536,7 +538,7 @@ class ADVI(_Method):
 
     def _init(self, key, x0, blocks):
         D = x0.shape[0]
-        scale = (jnp.full(D, math.log(self.init_scale)) if self.mean_field
+        scale = (jnp.full(D, math.log(self.init_scale), dtype=x0.dtype) if self.mean_field
                  else self.init_scale * jnp.eye(D))
         params = (x0, scale)
         return _ADVIState(params, self._opt().init(params))
@@ -704,8 +706,8 @@ def fit_gaussian_target(target, init, method=None, *, key=None, max_iter: int = 
                         callback=None, verbose: bool = False, chunk_size: int = 50,
                         window: int = 20):
     """:func:`fit_gaussian` returning ``(q, target with its fitted parameters)``."""
-    target = _as_target(target)
     x0, unravel = ravel_pytree(init)
+    target = _as_target(target, unravel)
     x0 = jnp.asarray(x0, dtype=jnp.float64)
     if x0.ndim != 1 or x0.shape[0] < 1:
         raise ValueError("init must be a non-empty array or pytree of arrays")

@@ -143,6 +143,7 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     values, sizes, times, monitored = [], [], [], []
     message, converged = "max_iter reached", False
     best = (np.inf, carry, 0)
+    prev = None  # (carry at the start of the last chunk, its length): the rollback point
     start = time.perf_counter()
     progress = _progress(verbose, max_iter)
     while len(values) < max_iter:
@@ -162,11 +163,15 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
             if k > 1:
                 carry, _ = _run_chunk(step, carry, args, k - 1)
+            elif k == 0:  # this chunk's start came from the previous chunk's last update
+                prev_carry, prev_length = prev
+                carry = (prev_carry if prev_length == 1
+                         else _run_chunk(step, prev_carry, args, prev_length - 1)[0])
             values.extend(chunk[:k].tolist())
             sizes.extend(np.asarray(rho)[:k].tolist())
             times.extend([time.perf_counter() - start] * k)
             break
-        carry = new_carry
+        prev, carry = (carry, length), new_carry
         values.extend(chunk.tolist())
         sizes.extend(np.asarray(rho).tolist())
         times.extend([time.perf_counter() - start] * length)
