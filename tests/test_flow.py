@@ -438,8 +438,8 @@ def test_mean_moves_by_g_bar_only(blocks, natural):
     """sum_i A (x_i - m) = 0: the covariance directions sum to zero over the particles, so
     one GPF step moves the particles' mean by -eta1 g_bar (-eta1 C g_bar with the natural
     mean step, C block-diagonal under ``blocks``) whatever eta2 and whatever the zero-mean
-    part of the gradients."""
-    N, D = 7, 12
+    part of the gradients. (N - 1 = 8 covers the largest block, as natural_mean needs.)"""
+    N, D = 9, 12
     rng = np.random.default_rng(5)
     X = jnp.asarray(random_particles(N, D, 3))
     G = jnp.asarray(rng.normal(size=(N, D)))
@@ -975,3 +975,18 @@ def test_state_types_stable_under_update(method, blocks):
         return [(leaf.dtype, leaf.weak_type) for leaf in jax.tree_util.tree_leaves(tree)]
 
     assert types(st) == types(new)
+
+
+def test_natural_mean_needs_full_rank():
+    """C g_bar lies in the particles' span, so a rank-deficient C could never move the mean
+    out of it: natural_mean with N - 1 < D (or GF rank < D) is refused."""
+    logp = lambda x: -0.5 * jnp.sum((x - jnp.arange(1.0, 6.0)) ** 2)  # noqa: E731
+    with pytest.raises(ValueError, match="full-rank"):
+        agp.fit_gaussian(logp, jnp.zeros(5), agp.ParticleFlow(n_particles=3, natural_mean=True))
+    with pytest.raises(ValueError, match="full-rank"):
+        agp.fit_gaussian(logp, jnp.zeros(5), agp.GaussianFlow(rank=2, natural_mean=True))
+    q = agp.fit_gaussian(logp, jnp.zeros(5), agp.ParticleFlow(n_particles=3, natural_mean=True,
+                                                              blocks="diagonal",
+                                                              learning_rate=0.1),
+                         max_iter=CHUNK, chunk_size=CHUNK)
+    np.testing.assert_allclose(q.mean, np.arange(1.0, 6.0), atol=1e-3)

@@ -49,6 +49,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from . import linalg
 from .gibbs import MCGP
 from .params import log_prior, partition_trainable, real
 from .sparse import SVGP, VGP, SparsePosterior
@@ -286,8 +287,10 @@ class _ParticleState(NamedTuple):
 
 
 def _particle_entropy(X, blocks):
-    """H of the particles' Gaussian C = Z^T Z / N per block (regularised: only the
-    min(N - 1, D_b) nonzero eigenvalues, taken from the smaller Gram matrix)."""
+    """H of the particles' Gaussian C = Z^T Z / N per block, regularised: the log-det of
+    its min(N - 1, D_b) nonzero eigenvalues, from a Cholesky factor of the smaller of
+    Z^T Z / N and Z Z^T / N + J / N (section 2.5, App. D); collapsed particles get the
+    Cholesky's jitter, a large but finite entropy deficit, not a NaN."""
     N, D = X.shape
     Z = X - jnp.mean(X, axis=0)
     if blocks == "diagonal":
@@ -296,11 +299,11 @@ def _particle_entropy(X, blocks):
         logdet = 0.0
         for s in _slices(blocks):
             Zb = Z[:, s]
-            Db = Zb.shape[1]
-            gram = Zb.T @ Zb if N > Db else Zb @ Zb.T
-            r = min(N - 1, Db)
-            lam = jnp.linalg.eigvalsh(gram / N)[-r:]  # collapsed particles: log(tiny), not NaN
-            logdet = logdet + jnp.sum(jnp.log(jnp.maximum(lam, jnp.finfo(lam.dtype).tiny)))
+            if N > Zb.shape[1]:
+                R = Zb.T @ Zb / N
+            else:  # R = Z Z^T / N + J / N: the constant vector's zero eigenvalue becomes 1
+                R = Zb @ Zb.T / N + 1.0 / N
+            logdet = logdet + linalg.logdet_chol(linalg.cholesky(R))
     return 0.5 * logdet + 0.5 * D * _LOG2PIE
 
 
@@ -325,6 +328,17 @@ def _gpf_directions(X, G, blocks, natural_mean):
         gb = g_bar[s]
         mean_parts.append(-(Zb.T @ (Zb @ gb) / N if natural_mean else gb))
     return jnp.concatenate(mean_parts), jnp.concatenate(cov_parts, axis=1)
+
+
+def _check_natural_mean(natural_mean, blocks, rank, name):
+    """C g_bar lies in the span of C: with a rank-deficient C the mean could never leave
+    the particles' span, so the preconditioned mean step needs full rank in every block."""
+    if natural_mean and blocks != "diagonal":
+        widest = max(b - a for a, b in blocks)
+        if rank < widest:
+            raise ValueError(f"natural_mean=True needs a full-rank covariance: {name} = {rank} "
+                             f"< {widest} (the largest block); the mean would stay in the "
+                             "span of the particles")
 
 
 def _initial_particles(key, x0, N, scale):
@@ -369,6 +383,8 @@ class ParticleFlow(_Method):
 
     def _init(self, key, x0, blocks):
         N = self._n(self.n_particles, x0.shape[0], "n_particles", 2)
+        _check_natural_mean(getattr(self, "natural_mean", False), blocks, N - 1,
+                            "n_particles - 1")
         X = _initial_particles(key, x0, N, self.init_scale)
         return _ParticleState(X, _opt_init((1, x0.shape[0]), self.dimensionwise),
                               _opt_init(X.shape, self.dimensionwise))
@@ -438,6 +454,8 @@ class GaussianFlow(_Method):
 
     def _init(self, key, x0, blocks):
         D = x0.shape[0]
+        if self.rank is not None:
+            _check_natural_mean(self.natural_mean, blocks, self.rank, "rank")
         if blocks == "diagonal":
             Gt = (jnp.full((1, D), self.init_scale, dtype=x0.dtype),)
         else:
@@ -624,10 +642,12 @@ METHODS = (ParticleFlow, GaussianFlow, ADVI, SVGD)
 
 
 def _minibatch(data, key, batch_size):
+    """b examples drawn uniformly with replacement (O(b), unbiased with the n / b scale;
+    a permutation per step would cost O(n log n) and dominate the step)."""
     if batch_size is None or not data or batch_size >= data[0].shape[0]:
         return data, 1.0
     n = data[0].shape[0]
-    idx = jax.random.permutation(key, n)[:batch_size]
+    idx = jax.random.randint(key, (batch_size,), 0, n)
     return tuple(a[idx] for a in data), n / batch_size
 
 
