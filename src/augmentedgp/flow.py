@@ -776,7 +776,8 @@ def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: fl
     """``augmentedgp.fit(VGP(...), X, y, method)`` with a flow ``method``: the particles (or
     samples) live in the whitened latent space; the fitted q(v) becomes a
     :class:`~augmentedgp.variational.LowRankQ` (one per latent function: with C > 1 the
-    latents are independent blocks), so the result predicts like any fitted VGP. The
+    latents are independent blocks of the flow; ADVI's full-rank fit keeps each latent's
+    marginal), so the result predicts like any fitted VGP. The
     model's trainable hyperparameters follow ``optimizer`` on the same free energy."""
     if not isinstance(model, VGP):
         raise TypeError("particle flows fit VGP models (the latent values at the training "
@@ -790,7 +791,8 @@ def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: fl
     elif C > 1 and blocks != "diagonal":
         raise ValueError("with several latent functions, blocks must be None (one block per "
                          "latent) or 'diagonal'")
-    if blocks is not getattr(method, "blocks", None):
+    per_latent = C > 1 and hasattr(method, "blocks") and blocks != "diagonal"
+    if per_latent:
         method = dataclasses.replace(method, blocks=blocks)
     target = GPTarget(data=(jnp.arange(n), ya),
                       model=eqx.tree_at(lambda m: m.q, model, None), X=Xa)
@@ -798,8 +800,15 @@ def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: fl
         target, jnp.zeros(n * C), method, key=key, max_iter=max_iter, tol=tol,
         learning_rate=learning_rate, optimizer=optimizer, callback=callback, verbose=verbose,
         chunk_size=chunk_size, window=window)
-    factor = q.factor if q.sd is None else jnp.concatenate([jnp.diag(q.sd), q.factor], axis=1)
-    mean, factor = q.mean.reshape(C, n), factor.reshape(C, n, -1)
+    if per_latent:  # block-diagonal factor: keep each latent's own columns
+        k = q.factor.shape[1] // C
+        factor = jnp.stack([q.factor[c * n:(c + 1) * n, c * k:(c + 1) * k] for c in range(C)])
+    else:  # the marginal factor of each latent (ADVI's full Cholesky: its rows)
+        factor = q.factor.reshape(C, n, -1)
+    if q.sd is not None:
+        sd = q.sd.reshape(C, n)
+        factor = jnp.concatenate([jax.vmap(jnp.diag)(sd), factor], axis=2)
+    mean = q.mean.reshape(C, n)
     lowrank = LowRankQ(real(mean if C > 1 else mean[0], "q mean"),
                        real(factor if C > 1 else factor[0], "q factor"))
     fitted_model = eqx.tree_at(lambda m: m.q, fitted.model, lowrank, is_leaf=lambda x: x is None)
