@@ -7,6 +7,7 @@ from . import (
     _x64,  # noqa: F401  (must run before any array is created)
     augmentation,
     bayesian,
+    bounds,
     diagnostics,
     flow,
     inducing,
@@ -39,6 +40,6 @@ __all__ = [
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "augmentation",
     "diagnostics", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference",
-    "linalg", "bayesian", "params", "samplers", "schedules", "variational",
+    "linalg", "bayesian", "bounds", "params", "samplers", "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]
