@@ -133,3 +133,21 @@ def test_errors():
         dpp.psi(agp.kernels.Matern32(0.3), jnp.asarray(X), jnp.zeros(2), jnp.ones(2))
     with pytest.raises(ValueError, match="at least one"):
         dpp.fit(k, X, [], X[:2])
+
+
+def test_fit_continuous_recovers_the_kernel():
+    """Point sets from a continuous DPP on [0, 1] (l = 0.05, v = 20), drawn through a
+    400-cell grid (L_grid = L / 400, the Nystrom discretisation): maximising the continuous
+    bound with 30 pseudo-inputs recovers l and v (measured: 0.056, 21.7)."""
+    true = agp.kernels.RBF(lengthscale=0.05, variance=20.0)
+    g = (np.arange(400) + 0.5) / 400
+    Lg = np.asarray(true(jnp.asarray(g[:, None]))) / 400
+    rng = np.random.default_rng(0)
+    sets = [g[dpp.sample(Lg, rng)][:, None] for _ in range(30)]
+    k, Z, hist = dpp.fit_continuous(agp.kernels.RBF(0.2, 5.0), sets,
+                                    np.linspace(0, 1, 30)[:, None], [0.0], [1.0], max_iter=200)
+    assert abs(k.lengthscale.value - 0.05) < 0.01
+    assert abs(k.variance.value - 20.0) < 4.0
+    assert hist.objective[-1] < hist.objective[0]
+    with pytest.raises(ValueError, match="in the box"):
+        dpp.fit_continuous(k, [np.array([[1.5]])], Z, [0.0], [1.0])

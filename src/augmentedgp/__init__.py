@@ -40,7 +40,8 @@ __all__ = [
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "augmentation",
-    "diagnostics", "dpp", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad", "inference",
+    "diagnostics", "dpp", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad",
+    "inference",
     "linalg", "bayesian", "bounds", "params", "samplers", "schedules", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -232,6 +232,39 @@ def fit(kernel, X, subsets, Z, *, max_iter: int = 500, optimizer="lbfgs",
     return model.kernel, model.Z.value, hist
 
 
+def _neg_continuous_elbo(model, P, padded, mask, lower, upper):
+    """-(continuous bound) / T."""
+    T = padded.shape[0]
+    return -(subset_log_det(model.kernel, P, padded, mask) + T * continuous_log_normaliser_bound(
+        model.kernel, model.Z.value, lower, upper)) / T
+
+
+def fit_continuous(kernel: RBF, point_sets, Z, lower, upper, *, max_iter: int = 500,
+                   optimizer="lbfgs", learning_rate: float = 0.05, verbose: bool = False):
+    """Learn an RBF kernel's trainable parameters and the pseudo-inputs Z of a continuous
+    DPP on the box [lower, upper] from observed point sets (arrays (k_t, d)) by maximising
+    :func:`continuous_elbo`. Returns (kernel, Z, History)."""
+    from .params import real
+
+    if not isinstance(kernel, RBF):
+        raise TypeError(f"fit_continuous needs the RBF kernel, not {type(kernel).__name__}")
+    Zp = Z if isinstance(Z, Parameter) else real(np.asarray(check_X(Z, "Z")), "Z")
+    d = Zp.value.shape[1]
+    lower, upper = _box(lower, upper, d)
+    points = [np.asarray(Y, float).reshape(-1, d) for Y in point_sets]
+    if not points:
+        raise ValueError("need at least one observed point set")
+    P = np.concatenate(points)
+    if np.any(P < np.asarray(lower)) or np.any(P > np.asarray(upper)):
+        raise ValueError("every observed point must lie in the box")
+    edges = np.cumsum([0, *(len(p) for p in points)])
+    padded, mask = _padded([np.arange(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    model, hist = minimize(_neg_continuous_elbo, _Bound(kernel, Zp), jnp.asarray(P), padded,
+                           mask, lower, upper, optimizer=optimizer, max_iter=max_iter,
+                           learning_rate=learning_rate, verbose=verbose)
+    return model.kernel, model.Z.value, hist
+
+
 __all__ = ["log_likelihood", "elbo", "log_normaliser", "log_normaliser_bound",
            "psi", "continuous_log_normaliser_bound",
-           "continuous_log_normaliser", "continuous_elbo", "sample", "fit"]
+           "continuous_log_normaliser", "continuous_elbo", "sample", "fit", "fit_continuous"]
