@@ -133,6 +133,8 @@ def test_errors():
         dpp.psi(agp.kernels.Matern32(0.3), jnp.asarray(X), jnp.zeros(2), jnp.ones(2))
     with pytest.raises(ValueError, match="at least one"):
         dpp.fit(k, X, [], X[:2])
+    with pytest.raises(ValueError, match="at least one"):
+        dpp.log_likelihood(k, X, [])
 
 
 def test_fit_continuous_recovers_the_kernel():

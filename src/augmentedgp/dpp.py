@@ -35,6 +35,9 @@ from .validation import check_X
 
 
 def _subsets(subsets, n):
+    subsets = list(subsets)
+    if not subsets:
+        raise ValueError("need at least one observed subset")
     out = []
     for s in subsets:
         s = np.asarray(s, dtype=int).ravel()
@@ -223,8 +226,6 @@ def fit(kernel, X, subsets, Z, *, max_iter: int = 500, optimizer="lbfgs",
 
     X = jnp.asarray(check_X(X))
     subs = _subsets(subsets, X.shape[0])
-    if not subs:
-        raise ValueError("need at least one observed subset")
     Zp = Z if isinstance(Z, Parameter) else real(np.asarray(check_X(Z, "Z", d=X.shape[1])), "Z")
     model, hist = minimize(_neg_elbo, _Bound(kernel, Zp), X, *_padded(subs),
                            optimizer=optimizer, max_iter=max_iter,
