@@ -48,31 +48,10 @@ from __future__ import annotations
 import os
 import sys
 
+from _threads import single_thread
 
-def _arg(argv, name, default):
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return default
-
-
-# Threads, set before JAX starts: --threads 1 (default) pins the whole process to one CPU and
-# makes XLA and OpenBLAS single-threaded, so that every sampler runs on one core (chains one
-# after the other) and other jobs on this shared 2-core VM disturb the timings less. It also
-# keeps jaxlib 0.10.2's batched-LAPACK deadlock (2-thread intra-op pool) out of reach.
-THREADS = int(_arg(sys.argv[1:], "--threads", "1"))
-PINNED_CPU = None
-if THREADS == 1:
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_var] = "1"
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread"
-                               "_eigen=false intra_op_parallelism_threads=1").strip()
-    if hasattr(os, "sched_setaffinity"):
-        _allowed = sorted(os.sched_getaffinity(0))
-        PINNED_CPU = int(_arg(sys.argv[1:], "--cpu", str(_allowed[-1])))
-        os.sched_setaffinity(0, {PINNED_CPU})
+# one CPU, single-threaded XLA and BLAS (see _threads.py), set before JAX starts
+THREADS, PINNED_CPU = single_thread(sys.argv[1:])
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
