@@ -51,15 +51,7 @@ from __future__ import annotations
 import os
 import sys
 
-
-def _arg(argv, name, default):
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return default
-
+from _threads import arg as _arg
 
 # One core for the whole process (--threads 1, the default): jaxlib 0.10.2's batched LAPACK
 # kernels (the Cholesky of the two latents' (2, M, M) matrices, vmapped) split the batch
