@@ -267,12 +267,12 @@ def _finite_targets(y, name: str = "y") -> np.ndarray:
     return arr
 
 
-def _count_targets(y, name: str = "y") -> np.ndarray:
-    """Non-negative integer counts, as floats."""
+def _count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:
+    """Non-negative integer counts (any non-negative values if not ``integer``), as floats."""
     arr = _finite_targets(y, name)
     if np.any(arr < 0):
         raise ValueError(f"{name} must hold non-negative counts, got minimum {arr.min()}")
-    if np.any(arr != np.round(arr)):
+    if integer and np.any(arr != np.round(arr)):
         bad = arr[arr != np.round(arr)]
         raise ValueError(f"{name} must hold integer counts, got non-integer values {bad[:6]}")
     return arr
@@ -287,17 +287,21 @@ def _uniform_nodes(lo, hi, n: int):
 
 
 class Poisson(Likelihood):
-    """y ~ Poisson(binsize * exp(f)), y = 0, 1, 2, ..."""
+    """y ~ Poisson(binsize * exp(f)), y = 0, 1, 2, ... ``integer=False`` also accepts
+    non-negative real y, with the same log density (the quasi-Poisson likelihood of
+    scikit-learn's PoissonRegressor)."""
 
     binsize: float = eqx.field(static=True)
+    integer: bool = eqx.field(static=True)
 
-    def __init__(self, binsize=1.0):
+    def __init__(self, binsize=1.0, integer: bool = True):
         if not (np.isfinite(binsize) and binsize > 0):
             raise ValueError(f"binsize must be finite and > 0, got {binsize!r}")
         self.binsize = float(binsize)
+        self.integer = bool(integer)
 
     def check_targets(self, y):
-        return _count_targets(y)
+        return _count_targets(y, integer=self.integer)
 
     def log_prob(self, y, f):
         # y log(b e^f) - b e^f - log y!
@@ -627,15 +631,19 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     mean r e^f, variance r e^f (1 + e^f) (overdispersed Poisson; Poisson as r -> inf).
 
     Augmentation: sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2}
-    cosh(f / 2)^{-(y + r)}, Polya-Gamma with b = y + r (Polson et al. 2013)."""
+    cosh(f / 2)^{-(y + r)}, Polya-Gamma with b = y + r (Polson et al. 2013).
+    ``integer=False`` also accepts non-negative real y (the same density, gamma functions
+    for the factorials)."""
 
     r: Parameter
+    integer: bool = eqx.field(static=True)
 
-    def __init__(self, r=1.0):
+    def __init__(self, r=1.0, integer: bool = True):
         self.r = positive(r, "negative-binomial dispersion r")
+        self.integer = bool(integer)
 
     def check_targets(self, y):
-        return _count_targets(y)
+        return _count_targets(y, integer=self.integer)
 
     def log_prob(self, y, f):
         r = self.r.value

@@ -1,0 +1,289 @@
+"""Save and load fitted models without pickled code.
+
+A model directory holds two files:
+
+- ``manifest.json``: the format and library version, the saved object's class, its
+  likelihood, its settings and label mapping (for humans and tools), the SHA-256 of the
+  array file, and ``tree``: the object's structure -- class names (resolved only inside
+  ``augmentedgp`` when loading), field names, Python scalars and strings, with each array
+  replaced by its key in the array file;
+- ``arrays.npz``: every array, read back with ``allow_pickle=False``.
+
+Any object built from augmentedgp classes can be saved: fitted posteriors of every model
+(``GP``, ``SGPR``, ``VGP``, ``SVGP``, ``MCGP``), unfitted models, and the scikit-learn
+estimators of :mod:`augmentedgp.sklearn`. Objects holding code (functions, classes from
+outside the library) are refused when saving, with the path of the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import importlib
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import AugmentedGPError
+
+FORMAT = "augmentedgp-model"
+FORMAT_VERSION = 1
+MANIFEST, ARRAYS = "manifest.json", "arrays.npz"
+_PACKAGE = __package__  # "augmentedgp"
+
+
+class ModelFileError(AugmentedGPError, ValueError):
+    """A model directory is missing, corrupted, or written by an incompatible version."""
+
+
+def _version():
+    from . import __version__
+
+    return __version__
+
+
+def _compatible(saved: str, current: str) -> bool:
+    """Same major version, and for 0.x the same minor version (semantic versioning)."""
+    s, c = saved.split(".")[:2], current.split(".")[:2]
+    return s[0] == c[0] and (s[0] != "0" or s[1] == c[1])
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+class _Encoder:
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def array(self, value, kind: str):
+        key = f"a{len(self.arrays)}"
+        self.arrays[key] = np.asarray(value)
+        return {"__array__": key, "kind": kind}
+
+    def __call__(self, obj, path: str):
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+            return int(obj)
+        if isinstance(obj, (float, np.floating)):
+            return float(obj) if math.isfinite(obj) else {"__float__": repr(float(obj))}
+        if isinstance(obj, np.bool_):
+            return bool(obj)
+        if isinstance(obj, jax.Array):
+            if jnp.issubdtype(obj.dtype, jax.dtypes.prng_key):
+                out = self.array(jax.random.key_data(obj), "key")
+                out["impl"] = str(jax.random.key_impl(obj))
+                return out
+            return self.array(obj, "jax")
+        if isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                raise ValueError(f"cannot save {path}: an object array (it would need pickle)")
+            return self.array(obj, "numpy")
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # NamedTuple
+            return {"__namedtuple__": self._class_name(obj, path),
+                    "fields": {f: self(getattr(obj, f), f"{path}.{f}") for f in obj._fields}}
+        if isinstance(obj, (tuple, list)):
+            items = [self(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+            return {"__tuple__": items} if isinstance(obj, tuple) else items
+        if isinstance(obj, dict):
+            if not all(isinstance(k, str) for k in obj):
+                raise ValueError(f"cannot save {path}: dictionary keys must be strings")
+            return {"__dict__": {k: self(v, f"{path}[{k!r}]") for k, v in obj.items()}}
+        name = self._class_name(obj, path)
+        if dataclasses.is_dataclass(obj):  # equinox modules and the library's dataclasses
+            return {"__object__": name,
+                    "fields": {f.name: self(getattr(obj, f.name), f"{path}.{f.name}")
+                               for f in dataclasses.fields(obj) if hasattr(obj, f.name)}}
+        if hasattr(obj, "get_params") and hasattr(obj, "__dict__"):  # scikit-learn estimators
+            return {"__estimator__": name,
+                    "state": {k: self(v, f"{path}.{k}") for k, v in vars(obj).items()}}
+        raise ValueError(f"cannot save {path}: {type(obj).__name__} is not a library object")
+
+    @staticmethod
+    def _class_name(obj, path):
+        cls = type(obj)
+        if not cls.__module__.startswith(_PACKAGE + ".") or "<locals>" in cls.__qualname__:
+            what = "a function" if callable(obj) and not hasattr(obj, "__dict__") else (
+                f"{cls.__module__}.{cls.__qualname__}")
+            raise ValueError(
+                f"cannot save {path}: it holds {what}, which is not an augmentedgp class; "
+                "model files hold no code, so only the library's own classes can be saved")
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def _resolve(name: str):
+    module, _, qualname = name.partition(":")
+    if not (module == _PACKAGE or module.startswith(_PACKAGE + ".")):
+        raise ModelFileError(f"the model file refers to {name}, outside augmentedgp; refusing "
+                             "to load it")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        raise ModelFileError(f"the model file refers to {name.replace(':', '.')}, which this "
+                             f"version of augmentedgp ({_version()}) does not have") from None
+    if not isinstance(obj, type):
+        raise ModelFileError(f"the model file refers to {name}, which is not a class")
+    return obj
+
+
+class _Decoder:
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+    def __call__(self, node):
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, list):
+            return [self(v) for v in node]
+        if not isinstance(node, dict):
+            raise ModelFileError(f"corrupted model tree: unexpected {type(node).__name__}")
+        if "__array__" in node:
+            key = node["__array__"]
+            if key not in self.arrays:
+                raise ModelFileError(f"corrupted model directory: array {key!r} is missing from "
+                                     f"{ARRAYS}")
+            value = self.arrays[key]
+            if node.get("kind") == "key":
+                return jax.random.wrap_key_data(jnp.asarray(value), impl=node.get("impl"))
+            return jnp.asarray(value) if node.get("kind") == "jax" else value
+        if "__float__" in node:
+            return float(node["__float__"])
+        if "__tuple__" in node:
+            return tuple(self(v) for v in node["__tuple__"])
+        if "__dict__" in node:
+            return {k: self(v) for k, v in node["__dict__"].items()}
+        if "__namedtuple__" in node:
+            return _resolve(node["__namedtuple__"])(**{k: self(v)
+                                                       for k, v in node["fields"].items()})
+        if "__object__" in node:
+            cls = _resolve(node["__object__"])
+            if not dataclasses.is_dataclass(cls):
+                raise ModelFileError(f"{cls.__qualname__} is no longer a dataclass")
+            expected = {f.name for f in dataclasses.fields(cls)}
+            fields = node["fields"]
+            if set(fields) - expected:
+                raise ModelFileError(f"the saved {cls.__qualname__} has fields "
+                                     f"{sorted(set(fields) - expected)} this version does not know")
+            obj = object.__new__(cls)  # as equinox's unflatten: no __init__, fields set as saved
+            for k, v in fields.items():
+                object.__setattr__(obj, k, self(v))
+            return obj
+        if "__estimator__" in node:
+            obj = object.__new__(_resolve(node["__estimator__"]))
+            obj.__dict__.update({k: self(v) for k, v in node["state"].items()})
+            return obj
+        raise ModelFileError(f"corrupted model tree: unknown node with keys {sorted(node)}")
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def _describe(obj) -> dict:
+    """The manifest's human-readable summary of a model, posterior or estimator."""
+    model = getattr(obj, "posterior_", obj)
+    model = getattr(model, "model", model)
+    lik = getattr(model, "likelihood", None)
+    settings = obj.get_params(deep=False) if hasattr(obj, "get_params") else {
+        f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+        if f.metadata.get("static") and isinstance(getattr(model, f.name), (bool, int, float, str))
+    } if dataclasses.is_dataclass(model) else {}
+    labels = getattr(obj, "classes_", None)
+    return {
+        "model_class": f"{type(obj).__module__}.{type(obj).__qualname__}",
+        "model": type(model).__qualname__,
+        "likelihood": type(lik).__qualname__ if lik is not None else None,
+        "settings": {k: v for k, v in settings.items()
+                     if v is None or isinstance(v, (bool, int, float, str))},
+        "labels": None if labels is None else np.asarray(labels).tolist(),
+    }
+
+
+def save(obj, path) -> Path:
+    """Save a fitted posterior, model or scikit-learn estimator to the directory ``path``
+    (created if needed; the two model files in it are replaced). Returns the path."""
+    enc = _Encoder()
+    tree = enc(obj, type(obj).__qualname__)
+    buf = io.BytesIO()
+    np.savez(buf, **enc.arrays)
+    data = buf.getvalue()
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "library_version": _version(),
+        "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **_describe(obj),
+        "arrays": {"file": ARRAYS, "sha256": hashlib.sha256(data).hexdigest(),
+                   "count": len(enc.arrays)},
+        "tree": tree,
+    }
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for name, content in ((ARRAYS, data), (MANIFEST, json.dumps(manifest, indent=1).encode())):
+        tmp = path / f".{name}.tmp"  # write, then rename: a crash never leaves half a file
+        tmp.write_bytes(content)
+        os.replace(tmp, path / name)
+    return path
+
+
+def read_manifest(path) -> dict:
+    """The validated manifest of a model directory (raises :class:`ModelFileError`)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelFileError(f"{path} is not a directory; expected a model directory written by "
+                             "augmentedgp.save")
+    file = path / MANIFEST
+    if not file.is_file():
+        raise ModelFileError(f"{path} is not an augmentedgp model directory: {MANIFEST} is "
+                             "missing")
+    try:
+        manifest = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelFileError(f"corrupted model directory: {file} is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ModelFileError(f"{file} is not an augmentedgp model manifest")
+    fmt, saved = manifest.get("format_version"), str(manifest.get("library_version"))
+    if fmt != FORMAT_VERSION or not _compatible(saved, _version()):
+        raise ModelFileError(
+            f"{path} was saved by augmentedgp {saved} (model format {fmt}); this is augmentedgp "
+            f"{_version()} (model format {FORMAT_VERSION}), which cannot read it. Load it with "
+            f"augmentedgp {'.'.join(saved.split('.')[:2])}.x or refit the model.")
+    for key in ("tree", "arrays"):
+        if key not in manifest:
+            raise ModelFileError(f"corrupted model directory: the manifest has no {key!r}")
+    return manifest
+
+
+def load(path):
+    """Load what :func:`save` wrote. Raises :class:`ModelFileError` for a missing,
+    corrupted or incompatible directory."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    file = path / manifest["arrays"].get("file", ARRAYS)
+    if not file.is_file():
+        raise ModelFileError(f"corrupted model directory: {file.name} is missing")
+    data = file.read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest["arrays"].get("sha256"):
+        raise ModelFileError(f"corrupted model directory: {file.name} does not match the "
+                             "checksum in the manifest")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError) as err:
+        raise ModelFileError(f"corrupted model directory: cannot read {file.name} ({err})") from None
+    try:
+        return _Decoder(arrays)(manifest["tree"])
+    except (TypeError, KeyError) as err:
+        raise ModelFileError(f"corrupted model tree in {path / MANIFEST}: {err!r}") from None
+
+
+__all__ = ["save", "load", "read_manifest", "ModelFileError", "FORMAT_VERSION"]

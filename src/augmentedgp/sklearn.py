@@ -1,0 +1,377 @@
+"""scikit-learn estimators: ``GPRegressor``, ``GPClassifier`` and ``GPCountRegressor``.
+
+Each estimator standardises the inputs, builds an ARD kernel, picks the model by size --
+a full GP (exact for a Gaussian likelihood, otherwise a full variational GP) up to
+``n_inducing`` points and a sparse one (SGPR for a Gaussian likelihood, SVGP otherwise,
+with ``n_inducing`` k-means inducing inputs) above -- and fits it with :func:`augmentedgp.fit`: type-II maximum likelihood for the
+Gaussian models, augmented conjugate VI (``AnalyticVI``, or ``AnalyticSVI`` with
+``batch_size``) for the augmentable likelihoods and quadrature VI for the others. The
+fitted model is ``posterior_``; ``history_`` and ``n_iter_`` describe the training.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.stats
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.metrics import d2_tweedie_score
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import inducing as _inducing
+from . import kernels as _kernels
+from . import likelihoods as _lik
+from . import multilatent as _multi
+from .augmentation import Augmented
+from .datasets import Standardizer
+from .fit import fit as _fit
+from .inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
+from .models import GP
+from .params import fixed, positive
+from .quadrature import _nodes as hermite_nodes
+from .sparse import SGPR, SVGP, VGP
+
+KERNELS = {"rbf": _kernels.RBF, "matern12": _kernels.Matern12, "matern32": _kernels.Matern32,
+           "matern52": _kernels.Matern52, "rq": _kernels.RationalQuadratic}
+_GH = 40  # Gauss-Hermite nodes of the predictive quantiles
+
+
+def _choice(value, options, name):
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {sorted(options)}, got {value!r}")
+    return value
+
+
+def _positive_int(value, name, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, "
+                         f"got {value!r}")
+    return int(value)
+
+
+class _GPEstimator(BaseEstimator):
+    """The shared fitting path; subclasses choose the likelihood and the target encoding."""
+
+    _likelihoods: dict = {}
+
+    def _seed(self):
+        return int(check_random_state(self.random_state).randint(2**31 - 1))
+
+    def _kernel(self, d):
+        if not isinstance(self.kernel, str):
+            if not isinstance(self.kernel, _kernels.Kernel):
+                raise ValueError("kernel must be one of "
+                                 f"{sorted(KERNELS)} or an augmentedgp kernel, got {self.kernel!r}")
+            return self.kernel
+        cls = KERNELS[_choice(self.kernel, KERNELS, "kernel")]
+        # standardised inputs: pairwise distances are ~sqrt(2 d)
+        scale = np.sqrt(max(d, 1))
+        return cls(lengthscale=np.full(d, scale) if self.ard else scale, variance=1.0)
+
+    def _fit_latent(self, X, y, likelihood):
+        """Standardise X, build the model and fit it; sets the fitted attributes."""
+        import jax
+
+        n, d = X.shape
+        self._scaler = Standardizer(X)
+        Xs = self._scaler.transform(X)
+        gaussian = isinstance(likelihood, _lik.Gaussian)
+        if isinstance(self.n_inducing, str) and self.n_inducing == "auto":
+            M = (500 if n > 2000 else None) if gaussian else 100
+        else:
+            M = _positive_int(self.n_inducing, "n_inducing")
+        sparse = M is not None and n > M
+        batch = _positive_int(self.batch_size, "batch_size")
+        max_iter = _positive_int(self.max_iter, "max_iter")
+        key = jax.random.key(self._seed())
+        kernel = self._kernel(d)
+        augmented = isinstance(likelihood, Augmented) and self._inference() == "analytic"
+        q = "natural_whitened" if augmented else "whitened"
+        if sparse:
+            Z = _inducing.kmeans(Xs, min(M, len(np.unique(Xs, axis=0))), key)
+            model = (SGPR(kernel, Z, likelihood=likelihood) if gaussian
+                     else SVGP(kernel, likelihood, Z, q=q))
+        else:
+            model = GP(kernel, likelihood) if gaussian else VGP(kernel, likelihood, q=q)
+        if gaussian:
+            inference, iters = None, max_iter or 200
+        else:
+            minibatch = batch is not None and batch < n
+            if augmented:
+                inference = AnalyticSVI(batch) if minibatch else AnalyticVI()
+            else:
+                inference = QuadratureSVI(batch) if minibatch else QuadratureVI()
+            iters = max_iter or (2000 if minibatch else 500)
+        self.posterior_ = _fit(model, Xs, y, inference, max_iter=iters, key=key,
+                               verbose=bool(self.verbose))
+        self.history_ = self.posterior_.history
+        self.n_iter_ = max(1, len(self.history_.objective))
+        self.sparse_ = sparse
+        return self
+
+    def _inference(self):
+        return _choice(getattr(self, "inference", "auto"), ("auto", "analytic", "quadrature"),
+                       "inference").replace("auto", "analytic")
+
+    def _latent(self, X):
+        """Mean and variance of the latent function(s) at X."""
+        check_is_fitted(self, "posterior_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        mean, var = self.posterior_.predict_f(self._scaler.transform(X))
+        return np.asarray(mean), np.asarray(var)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+class _Regressor(RegressorMixin, _GPEstimator):
+    """Regression-type estimators: predictive mean, sd and quantiles of y."""
+
+    def _noise(self):
+        """The observation noise as a frozen scipy distribution of y - f, or None (counts)."""
+        return None
+
+    def _y_scale(self):
+        return getattr(self, "_y_shift", 0.0), getattr(self, "_y_scale_", 1.0)
+
+    def predict(self, X, return_std: bool = False):
+        """Predictive mean of y at X; with ``return_std`` also its standard deviation."""
+        mean, var = self._latent(X)
+        ey, vy = self.posterior_.likelihood.predict_y(mean, var)
+        shift, scale = self._y_scale()
+        ey = np.asarray(ey) * scale + shift
+        if return_std:
+            return ey, np.sqrt(np.maximum(np.asarray(vy), 0.0)) * scale
+        return ey
+
+    def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)):
+        """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)):
+        the CDF is integrated over q(f) by Gauss-Hermite quadrature and inverted by
+        bisection (exact for counts: the smallest count whose CDF reaches the level)."""
+        q = np.atleast_1d(np.asarray(quantiles, dtype=float))
+        if q.ndim != 1 or not np.all((q > 0) & (q < 1)):
+            raise ValueError(f"quantiles must lie strictly inside (0, 1), got {quantiles!r}")
+        mean, var = self._latent(X)
+        x, w = hermite_nodes(_GH)  # E_{N(m, v)}[g(f)] = sum_k w_k g(m + sqrt(v) x_k)
+        f = mean[:, None] + np.sqrt(np.maximum(var, 0.0))[:, None] * np.asarray(x)[None]
+        out = np.stack([self._mixture_quantile(f, np.asarray(w), level) for level in q], 1)
+        shift, scale = self._y_scale()
+        return out * scale + shift
+
+    def predict_interval(self, X, level: float = 0.95):
+        """Central predictive interval of y at X with coverage ``level``: (lower, upper)."""
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must lie strictly inside (0, 1), got {level!r}")
+        qs = self.predict_quantiles(X, (0.5 - level / 2, 0.5 + level / 2))
+        return qs[:, 0], qs[:, 1]
+
+    def _mixture_quantile(self, f, w, level):
+        noise = self._noise()
+        cdf = lambda t: np.sum(w * noise.cdf(t[:, None] - f), axis=1)
+        # every node's own quantile brackets the mixture's
+        lo, hi = f.min(1) + noise.ppf(level), f.max(1) + noise.ppf(level)
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            below = cdf(mid) < level
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return 0.5 * (lo + hi)
+
+
+class GPRegressor(_Regressor):
+    """Gaussian-process regression with a Gaussian, Student-t or Laplace likelihood.
+
+    Parameters
+    ----------
+    likelihood : "gaussian" (exact GP, or SGPR when sparse), "student_t" or "laplace"
+        (robust; augmented conjugate VI by default).
+    kernel : "rbf", "matern12", "matern32", "matern52", "rq", or an augmentedgp kernel
+        (its lengthscales act on standardised inputs).
+    ard : one lengthscale per input dimension.
+    n_inducing : the size threshold of the sparse model: with more training points than
+        ``n_inducing``, the model is sparse (SGPR for a Gaussian likelihood, SVGP otherwise)
+        with that many k-means inducing inputs; with fewer, it is the full model (exact GP or
+        full variational GP). ``"auto"`` (default) is 100 for the variational models and,
+        for a Gaussian likelihood, the exact GP up to 2000 points and 500 above. ``None``
+        never uses a sparse model.
+    batch_size : minibatch size of stochastic VI (non-Gaussian likelihoods); None is full
+        batch.
+    df : Student-t degrees of freedom (fixed).
+    inference : "auto" (augmented VI), "analytic" or "quadrature".
+    normalize_y : standardise the targets before fitting.
+    max_iter : iterations of the optimiser (default 200 for L-BFGS, 500 full-batch VI,
+        2000 minibatch VI).
+    random_state : seeds the k-means inducing points and minibatches.
+    verbose : show a progress bar.
+    """
+
+    _likelihoods = {"gaussian": lambda s: _lik.Gaussian(0.1),
+                    "student_t": lambda s: _lik.StudentT(fixed(positive(s.df, "df")), 0.1),
+                    "laplace": lambda s: _lik.Laplace(0.1)}
+
+    def __init__(self, likelihood="gaussian", kernel="rbf", *, ard=True, n_inducing="auto",
+                 batch_size=None, df=4.0, inference="auto",
+                 normalize_y=True, max_iter=None, random_state=None, verbose=False):
+        self.likelihood = likelihood
+        self.kernel = kernel
+        self.ard = ard
+        self.n_inducing = n_inducing
+        self.batch_size = batch_size
+        self.df = df
+        self.inference = inference
+        self.normalize_y = normalize_y
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(self, X, y):
+        """Fit to inputs X (n, d) and real targets y (n,)."""
+        name = _choice(self.likelihood, self._likelihoods, "likelihood")
+        if name == "student_t" and not (np.isfinite(self.df) and self.df > 0):
+            raise ValueError(f"df must be finite and > 0, got {self.df!r}")
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, ensure_min_samples=2)
+        self._y_shift, self._y_scale_ = (float(np.mean(y)), float(np.std(y)) or 1.0) \
+            if self.normalize_y else (0.0, 1.0)
+        return self._fit_latent(X, (y - self._y_shift) / self._y_scale_,
+                                self._likelihoods[name](self))
+
+    def _noise(self):
+        lik = self.posterior_.likelihood
+        if isinstance(lik, _lik.Gaussian):
+            return scipy.stats.norm(scale=float(np.sqrt(lik.variance.value)))
+        if isinstance(lik, _lik.StudentT):
+            return scipy.stats.t(float(lik.df.value), scale=float(lik.scale.value))
+        return scipy.stats.laplace(scale=float(lik.scale.value))
+
+
+class GPCountRegressor(_Regressor):
+    """Gaussian-process regression of counts: Poisson (log link, quadrature VI, whose
+    expectations are closed-form) or negative binomial (logistic link, augmented VI).
+
+    Targets are non-negative; as in scikit-learn's PoissonRegressor, non-integer values
+    are accepted (the same log density extended by gamma functions). ``predict`` is the
+    predictive mean E[y]; ``score`` is the fraction of Poisson deviance explained (D^2).
+    ``r`` is the initial negative-binomial dispersion (learnt). Other parameters as in
+    :class:`GPRegressor`.
+    """
+
+    _likelihoods = {"poisson": lambda s: _lik.Poisson(integer=False),
+                    "negative_binomial": lambda s: _lik.NegativeBinomial(s.r, integer=False)}
+
+    def __init__(self, likelihood="poisson", kernel="rbf", *, ard=True, n_inducing="auto",
+                 batch_size=None, r=1.0, inference="auto",
+                 max_iter=None, random_state=None, verbose=False):
+        self.likelihood = likelihood
+        self.kernel = kernel
+        self.ard = ard
+        self.n_inducing = n_inducing
+        self.batch_size = batch_size
+        self.r = r
+        self.inference = inference
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(self, X, y):
+        """Fit to inputs X (n, d) and non-negative counts y (n,)."""
+        name = _choice(self.likelihood, self._likelihoods, "likelihood")
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, ensure_min_samples=2)
+        if np.any(y < 0):
+            raise ValueError(f"{type(self).__name__} needs non-negative targets (counts), got "
+                             f"minimum {y.min()}")
+        return self._fit_latent(X, y, self._likelihoods[name](self))
+
+    def score(self, X, y):
+        """D^2: the fraction of Poisson deviance explained (1 is perfect)."""
+        return d2_tweedie_score(y, self.predict(X), power=1)
+
+    def _mixture_quantile(self, f, w, level):
+        lik = self.posterior_.likelihood
+        if isinstance(lik, _lik.Poisson):
+            dist = scipy.stats.poisson(lik.binsize * np.exp(f))
+        else:  # mean r e^f: scipy's nbinom(n = r, p = sigmoid(-f))
+            dist = scipy.stats.nbinom(float(lik.r.value), scipy.special.expit(-f))
+        node_q = dist.ppf(level)  # the smallest count whose CDF reaches the level, per node
+        lo, hi = node_q.min(1) - 1, node_q.max(1)  # CDF(lo) < level <= CDF(hi)
+        while np.any(hi - lo > 1):
+            mid = np.floor(0.5 * (lo + hi))
+            below = np.sum(w * dist.cdf(mid[:, None]), axis=1) < level
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return hi
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True
+        return tags
+
+
+class GPClassifier(ClassifierMixin, _GPEstimator):
+    """Gaussian-process classification, binary or multi-class, with any label set.
+
+    ``likelihood``: "logistic" (default; Pólya-Gamma augmented: the logistic likelihood for
+    two classes, the logistic-softmax for more), "probit" (two classes), "softmax" or
+    "robustmax" (any number of classes). ``inference``: "auto" (augmented conjugate VI
+    where the likelihood allows it, quadrature VI otherwise), "analytic" or "quadrature".
+    Other parameters as in :class:`GPRegressor`. ``predict_proba`` integrates the class
+    probabilities over the posterior of the latent functions.
+    """
+
+    def __init__(self, likelihood="logistic", kernel="rbf", *, ard=True, n_inducing="auto",
+                 batch_size=None, inference="auto", max_iter=None,
+                 random_state=None, verbose=False):
+        self.likelihood = likelihood
+        self.kernel = kernel
+        self.ard = ard
+        self.n_inducing = n_inducing
+        self.batch_size = batch_size
+        self.inference = inference
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _make_likelihood(self, n_classes):
+        name = _choice(self.likelihood, ("logistic", "probit", "softmax", "robustmax"),
+                       "likelihood")
+        if n_classes == 2 and name in ("logistic", "probit"):
+            return _lik.Logistic() if name == "logistic" else _lik.Probit()
+        if name == "probit":
+            raise ValueError(f"likelihood='probit' is binary; y has {n_classes} classes (use "
+                             "'logistic', 'softmax' or 'robustmax')")
+        cls = {"logistic": _multi.LogisticSoftmax, "softmax": _multi.Softmax,
+               "robustmax": _multi.RobustMax}[name]
+        return cls(n_classes)
+
+    def fit(self, X, y):
+        """Fit to inputs X (n, d) and class labels y (n,) of any type."""
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
+        check_classification_targets(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes; y has 1 class "
+                             f"({self.classes_[0]!r})")
+        return self._fit_latent(X, codes.astype(np.float64 if len(self.classes_) == 2
+                                                else np.int64),
+                                self._make_likelihood(len(self.classes_)))
+
+    def predict_proba(self, X):
+        """Class probabilities, (n, n_classes), columns in the order of ``classes_``."""
+        mean, var = self._latent(X)
+        p = np.asarray(self.posterior_.likelihood.predict_proba(mean, var))
+        if p.ndim == 1:
+            p = np.stack([1.0 - p, p], axis=1)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, X):
+        return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """The most probable class of each row of X."""
+        check_is_fitted(self, "posterior_")
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+__all__ = ["GPRegressor", "GPClassifier", "GPCountRegressor", "KERNELS"]
