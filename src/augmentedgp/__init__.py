@@ -19,6 +19,7 @@ from . import (
     means,
     natgrad,
     params,
+    persistence,
     samplers,
     schedules,
     variational,
@@ -29,19 +30,32 @@ from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow, VariationalGaussian, f
 from .gibbs import MCGP, GibbsSampling, MCPosterior, sample
 from .inference import EP, AnalyticSVI, AnalyticVI, Exact, Laplace, QuadratureSVI, QuadratureVI
 from .models import GP
+from .persistence import load, save
 from .posterior import SitePosterior
 from .sparse import SGPR, SVGP, VGP, SparsePosterior
 from .training import History
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """``agp.sklearn`` and ``agp.plotting`` load on first use (they import scikit-learn
+    estimator machinery and matplotlib)."""
+    if name in ("sklearn", "plotting"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
-    "SitePosterior", "SparsePosterior", "MCPosterior", "History", "augmentation",
+    "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load", "augmentation",
     "diagnostics", "dpp", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad",
     "inference",
-    "linalg", "bayesian", "bounds", "params", "samplers", "schedules", "variational",
+    "linalg", "bayesian", "bounds", "params", "persistence", "plotting", "samplers", "schedules",
+    "sklearn", "variational",
     "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
 ]

@@ -1,8 +1,15 @@
-"""Command-line interface: ``augmentedgp demo``, ``augmentedgp info``."""
+"""Command-line interface (typer): ``augmentedgp demo | datasets | fit | predict | evaluate |
+info``.
+
+Exit codes follow the click convention: 0 success, 1 a failure while fitting or
+predicting (a numerical error), 2 bad usage or bad input (missing files or columns,
+non-numeric or missing values, a corrupted or incompatible model directory).
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import typer
@@ -32,7 +39,7 @@ def _regression_demo(seed: int):
                 + np.log(sy.scale))
     return ("Exact GP regression", "yacht (308 x 6)", "ARD RBF, type-II ML (L-BFGS)",
             {"test RMSE": rmse, "test NLL": nll, "train LML": post.log_marginal_likelihood(),
-             "fit seconds": secs})
+             "fit seconds": secs}, {})
 
 
 def _classification_demo(seed: int):
@@ -51,7 +58,7 @@ def _classification_demo(seed: int):
     return ("Laplace GP classification", "a9a (1000 train / 1000 test, 123 features)",
             "RBF + logistic, type-II ML (L-BFGS)",
             {"test accuracy": acc, "test NLL": nll, "train LML": post.log_marginal_likelihood(),
-             "fit seconds": secs})
+             "fit seconds": secs}, {})
 
 
 def _augmented_demo(seed: int):
@@ -77,7 +84,7 @@ def _augmented_demo(seed: int):
             {"test accuracy": float(np.mean((p > 0.5) == (yte == 1))),
              "test NLL": float(-np.mean(post.predict_log_density(data["X_test"], yte))),
              "train ELBO": post.elbo(), "augmented ELBO": post.elbo(augmented=True),
-             "fit seconds": secs})
+             "fit seconds": secs}, {"history": post.history, "y_test": yte, "proba": p})
 
 
 def _gibbs_demo(seed: int):
@@ -104,7 +111,7 @@ def _gibbs_demo(seed: int):
             "kernel from the exact GP's type-II ML; 4 chains x 500 samples after 100 burn-in",
             {"test RMSE": float(np.sqrt(np.mean((mean - yte) ** 2))), "test NLL": nll,
              "max split R-hat": float(np.max(summary["rhat"])),
-             "min bulk ESS": float(np.min(summary["ess_bulk"])), "seconds": secs})
+             "min bulk ESS": float(np.min(summary["ess_bulk"])), "seconds": secs}, {})
 
 
 def _flow_demo(seed: int):
@@ -129,21 +136,382 @@ def _flow_demo(seed: int):
             "20 particles (rank 19 of 124), dimension-wise RMSProp, batch 100, 2000 steps",
             {"test accuracy": float(np.mean((p > 0.5) == yte)),
              "test NLL": float(-np.mean(np.log(np.where(yte, p, 1 - p)))),
-             "free energy": float(q.free_energy(target, key, 500)), "fit seconds": secs})
+             "free energy": float(q.free_energy(target, key, 500)), "fit seconds": secs}, {})
+
+
+# --- shared helpers -------------------------------------------------------------------------
+
+REGRESSION = ("gaussian", "student_t", "laplace")
+CLASSIFICATION = ("logistic", "probit", "softmax", "robustmax")
+COUNTS = ("poisson", "negative_binomial")
+err_console = Console(stderr=True)
+
+
+class InputError(ValueError):
+    """Bad input from the command line: reported without a traceback, exit code 2."""
+
+
+def _fail(message: str, code: int):
+    err_console.print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _run(fn):
+    """Run a command body, mapping library errors to messages and exit codes."""
+    from .errors import AugmentedGPError
+    from .persistence import ModelFileError
+
+    try:
+        return fn()
+    except (InputError, ModelFileError) as err:
+        _fail(str(err), 2)
+    except AugmentedGPError as err:
+        _fail(f"{type(err).__name__}: {err}", 1)
+    except ValueError as err:  # the library's validation of the data or the settings
+        _fail(str(err), 2)
+
+
+def read_table(path: Path):
+    """A CSV or Parquet file as a pandas DataFrame (clear errors for missing, empty or
+    unsupported files)."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"{path} does not exist or is not a file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".csv", ".txt"):
+            frame = pd.read_csv(path)
+        elif suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            raise InputError(f"{path}: unsupported file type {suffix!r}; use .csv or .parquet")
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"cannot read {path}: {err}") from None
+    if frame.shape[0] == 0:
+        raise InputError(f"{path} has a header but no data rows")
+    return frame
+
+
+def _check_values(frame, columns, path, numeric=True):
+    """Every value of ``columns`` present and (if ``numeric``) numeric; rows are reported
+    1-based, counting data rows (the header is not a row)."""
+    import pandas as pd
+
+    for col in columns:
+        values = frame[col]
+        if numeric and not pd.api.types.is_numeric_dtype(values):
+            bad = pd.to_numeric(values, errors="coerce").isna() & values.notna()
+            row = int(np.argmax(bad.to_numpy()))
+            raise InputError(f"{path}: column {col!r} is not numeric (row {row + 1} holds "
+                             f"{values.iloc[row]!r}); encode categorical columns as numbers")
+        missing = values.isna().to_numpy()
+        if numeric and pd.api.types.is_float_dtype(values):
+            missing = missing | ~np.isfinite(values.to_numpy(dtype=float))
+        if missing.any():
+            row = int(np.argmax(missing))
+            raise InputError(f"{path}: column {col!r} has a missing or non-finite value in row "
+                             f"{row + 1} ({int(missing.sum())} such rows in all)")
+
+
+def _features(frame, path, names=None, exclude=()):
+    """The feature matrix: the model's feature columns (``names``), or all columns but
+    ``exclude``."""
+    if names is None:
+        names = [c for c in frame.columns if c not in exclude]
+        if not names:
+            raise InputError(f"{path} has no feature columns besides the target")
+    else:
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise InputError(f"{path} lacks the model's feature columns {missing[:10]}"
+                             f"{' ...' if len(missing) > 10 else ''}")
+    _check_values(frame, names, path)
+    return frame[list(names)].astype(float)
+
+
+def _target(frame, target, path, numeric):
+    if target not in frame.columns:
+        raise InputError(f"{path} has no target column {target!r}; its columns are "
+                         f"{list(frame.columns)[:20]}")
+    _check_values(frame, [target], path, numeric=numeric)
+    return frame[target].to_numpy()
+
+
+def _load_estimator(model_dir: Path):
+    from . import persistence
+    from .sklearn import GPClassifier, GPCountRegressor, GPRegressor
+
+    est = persistence.load(model_dir)
+    if not isinstance(est, GPRegressor | GPClassifier | GPCountRegressor):
+        raise InputError(f"{model_dir} holds a {type(est).__name__}, not a model written by "
+                         "`augmentedgp fit` (a scikit-learn estimator)")
+    return est
+
+
+def _predictions(est, X, level: float):
+    import pandas as pd
+
+    from .sklearn import GPClassifier
+
+    if isinstance(est, GPClassifier):
+        proba = est.predict_proba(X)
+        out = {"prediction": est.classes_[np.argmax(proba, 1)]}
+        out.update({f"proba_{c}": proba[:, k] for k, c in enumerate(est.classes_)})
+        return pd.DataFrame(out, index=X.index)
+    mean, sd = est.predict(X, return_std=True)
+    lower, upper = est.predict_interval(X, level)
+    return pd.DataFrame({"mean": mean, "sd": sd, f"lower_{level:g}": lower,
+                         f"upper_{level:g}": upper}, index=X.index)
+
+
+def _write_table(frame, out: Path | None):
+    if out is None:
+        typer.echo(frame.to_csv(index=False), nl=False)
+    elif out.suffix.lower() in (".parquet", ".pq"):
+        frame.to_parquet(out, index=False)
+    else:
+        frame.to_csv(out, index=False)
+
+
+def _print_metrics(title: str, metrics: dict, caption: str | None = None):
+    table = Table(title=title, caption=caption, min_width=48)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+def _plot_available():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        return True
+    except ImportError:
+        err_console.print("matplotlib is not installed: no plot (pip install "
+                          "'augmentedgp[plot]')")
+        return False
+
+
+# --- commands ---------------------------------------------------------------------------
 
 
 @app.command()
-def demo(seed: int = typer.Option(0, help="seed of the train/test split")):
-    """Fit the built-in examples and print test metrics."""
+def demo(seed: int = typer.Option(0, help="seed of the train/test split"),
+         plot: Path = typer.Option(Path("augmentedgp-demo.png"), help="where to save the plot"),
+         no_plot: bool = typer.Option(False, "--no-plot", help="do not draw the plot")):
+    """Fit the built-in examples, print test metrics and save a plot (calibration and
+    ELBO trace of the augmented classifier)."""
+    artefacts = {}
     for run in (_regression_demo, _classification_demo, _augmented_demo, _gibbs_demo,
                 _flow_demo):
-        title, data, method, metrics = run(seed)
-        table = Table(title=f"{title}\n{data}", caption=method, min_width=64)
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for name, value in metrics.items():
-            table.add_row(name, f"{value:.4f}")
-        console.print(table)
+        title, data, method, metrics, extra = run(seed)
+        artefacts.update(extra)
+        _print_metrics(f"{title}\n{data}", metrics, method)
+    if not no_plot and _plot_available():
+        import matplotlib.pyplot as plt
+
+        from . import plotting
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+        plotting.calibration(artefacts["y_test"], artefacts["proba"], ax=ax1)
+        ax1.set_title("Augmented SVGP on a9a: reliability (test)\n" + ax1.get_title())
+        plotting.history(artefacts["history"], ax=ax2)
+        ax2.set_title("Augmented SVGP on a9a: training ELBO (minibatch)")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120)
+        plt.close(fig)
+        console.print(f"plot saved to {plot}")
+
+
+def _dataset_frames():
+    """The built-in datasets as named DataFrames: (file stem, frame, target column, task)."""
+    import pandas as pd
+
+    from .datasets import load
+
+    yacht = load("yacht")
+    frame = pd.DataFrame(yacht["X"], columns=[str(c) for c in yacht["feature_names"]])
+    frame["resistance"] = yacht["y"]
+    yield "yacht", frame, "resistance", "regression (UCI Yacht Hydrodynamics)"
+    a9a = load("a9a_small")
+    for split in ("train", "test"):
+        frame = pd.DataFrame(a9a[f"X_{split}"], columns=[f"x{j + 1}" for j in range(123)])
+        frame["label"] = a9a[f"y_{split}"].astype(int)
+        yield f"a9a_small_{split}", frame, "label", "binary classification (UCI Adult, a9a)"
+
+
+@app.command()
+def datasets(export: Path = typer.Option(None, help="write each dataset as CSV into this "
+                                                    "directory")):
+    """List the built-in datasets (and export them as CSV files)."""
+    table = Table(title="Built-in datasets")
+    for col in ("name", "task", "rows", "features", "target column"):
+        table.add_column(col)
+    for name, frame, target, task in _dataset_frames():
+        table.add_row(name, task, str(len(frame)), str(frame.shape[1] - 1), target)
+        if export is not None:
+            export.mkdir(parents=True, exist_ok=True)
+            frame.to_csv(export / f"{name}.csv", index=False)
+    console.print(table)
+    if export is not None:
+        console.print(f"written to {export}/")
+
+
+@app.command()
+def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"),
+        target: str = typer.Option(..., help="name of the target column"),
+        out: Path = typer.Option(..., help="model directory to write"),
+        likelihood: str = typer.Option(
+            "gaussian", help="gaussian, student_t, laplace (regression); logistic, probit, "
+            "softmax, robustmax (classification); poisson, negative_binomial (counts)"),
+        inducing: int = typer.Option(None, help="inducing points of a sparse model (default: "
+                                                "automatic by size)"),
+        kernel: str = typer.Option("rbf", help="rbf, matern12, matern32, matern52 or rq"),
+        max_iter: int = typer.Option(None, help="optimiser iterations (default by model)"),
+        batch_size: int = typer.Option(None, help="minibatch size (stochastic VI)"),
+        seed: int = typer.Option(0, help="seed of the inducing points and minibatches"),
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar")):
+    """Fit a GP model to a table and save it to a model directory."""
+    from . import persistence
+    from .sklearn import GPClassifier, GPCountRegressor, GPRegressor
+
+    def body():
+        if likelihood not in REGRESSION + CLASSIFICATION + COUNTS:
+            raise InputError(f"unknown likelihood {likelihood!r}; choose from "
+                             f"{', '.join(REGRESSION + CLASSIFICATION + COUNTS)}")
+        frame = read_table(data)
+        cls = (GPClassifier if likelihood in CLASSIFICATION else
+               GPCountRegressor if likelihood in COUNTS else GPRegressor)
+        y = _target(frame, target, data, numeric=cls is not GPClassifier)
+        X = _features(frame, data, exclude=(target,))
+        est = cls(likelihood=likelihood, kernel=kernel,
+                  n_inducing="auto" if inducing is None else inducing, batch_size=batch_size,
+                  max_iter=max_iter, random_state=seed, verbose=not quiet)
+        t0 = time.perf_counter()
+        est.fit(X, y)
+        secs = time.perf_counter() - t0
+        est.target_name_ = target
+        persistence.save(est, out)
+        model = est.posterior_.model
+        metrics = {"training rows": len(y), "features": X.shape[1],
+                   "model": type(model).__name__ + (f" (M = {model.inducing.value.shape[0]})"
+                                                    if est.sparse_ else ""),
+                   "iterations": est.n_iter_, "final objective": float(est.history_.objective[-1]),
+                   ("training accuracy" if cls is GPClassifier else "training R^2"
+                    if cls is GPRegressor else "training D^2"): float(est.score(X, y)),
+                   "fit seconds": secs}
+        _print_metrics(f"{cls.__name__}({likelihood}) on {data.name}", metrics,
+                       f"saved to {out}")
+
+    _run(body)
+
+
+@app.command()
+def predict(model_dir: Path = typer.Argument(..., help="a directory written by `fit`"),
+            data: Path = typer.Argument(..., help="rows to predict (.csv or .parquet)"),
+            out: Path = typer.Option(None, help="output file (.csv or .parquet); default: "
+                                                "CSV on standard output"),
+            level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
+    """Predict: classes and class probabilities, or the predictive mean, sd and interval."""
+
+    def body():
+        if not 0.0 < level < 1.0:
+            raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
+        est = _load_estimator(model_dir)
+        frame = read_table(data)
+        X = _features(frame, data, names=list(est.feature_names_in_))
+        _write_table(_predictions(est, X, level), out)
+        if out is not None:
+            console.print(f"{len(X)} predictions written to {out}")
+
+    _run(body)
+
+
+def evaluation_metrics(est, X, y, level: float = 0.95) -> dict:
+    """Held-out metrics of a fitted estimator: accuracy, log loss, Brier score and
+    expected calibration error for classifiers; RMSE, MAE, R^2 (D^2 for counts), mean
+    negative log predictive density and interval coverage for regressors."""
+    from sklearn import metrics as skm
+
+    from .plotting import calibration_curve
+    from .sklearn import GPClassifier, GPCountRegressor
+
+    if isinstance(est, GPClassifier):
+        unknown = sorted(set(np.unique(y).tolist()) - set(est.classes_.tolist()))
+        if unknown:
+            raise InputError(f"the test labels {unknown[:5]} were not seen in training "
+                             f"(classes {est.classes_.tolist()[:10]})")
+        proba = est.predict_proba(X)
+        codes = np.searchsorted(est.classes_, y)
+        binary = len(est.classes_) == 2
+        return {"accuracy": float(np.mean(est.classes_[np.argmax(proba, 1)] == y)),
+                "log loss": float(skm.log_loss(codes, proba, labels=range(proba.shape[1]))),
+                "Brier score": float(np.mean(np.sum((proba - np.eye(proba.shape[1])[codes]) ** 2,
+                                                    1))),
+                "ECE (10 bins)": float(calibration_curve(codes, proba[:, 1] if binary else proba,
+                                                         10)["ece"])}
+    y = np.asarray(y, dtype=float)
+    mean = est.predict(X)
+    lower, upper = est.predict_interval(X, level)
+    out = {"RMSE": float(np.sqrt(np.mean((mean - y) ** 2))),
+           "MAE": float(np.mean(np.abs(mean - y))),
+           ("D^2 (Poisson deviance)" if isinstance(est, GPCountRegressor) else "R^2"):
+               float(est.score(X, y)),
+           "NLPD": float(-np.mean(est.log_predictive_density(X, y))),
+           f"coverage of the {level:g} interval": float(np.mean((y >= lower) & (y <= upper)))}
+    return out
+
+
+@app.command()
+def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by `fit`"),
+             data: Path = typer.Argument(..., help="labelled test rows (.csv or .parquet)"),
+             target: str = typer.Option(None, help="target column (default: the training "
+                                                   "target's name)"),
+             plot: Path = typer.Option(Path("calibration.png"), help="calibration plot file"),
+             no_plot: bool = typer.Option(False, "--no-plot", help="do not draw the plot"),
+             level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
+    """Held-out metrics and a calibration plot (reliability diagram for classifiers,
+    interval coverage for regressors)."""
+    from .sklearn import GPClassifier
+
+    def body():
+        if not 0.0 < level < 1.0:
+            raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
+        est = _load_estimator(model_dir)
+        frame = read_table(data)
+        name = target or getattr(est, "target_name_", None)
+        if name is None:
+            raise InputError("give --target: the model directory does not record it")
+        classifier = isinstance(est, GPClassifier)
+        y = _target(frame, name, data, numeric=not classifier)
+        if classifier and est.classes_.dtype.kind in "iuf":
+            y = y.astype(est.classes_.dtype)
+        X = _features(frame, data, names=list(est.feature_names_in_))
+        _print_metrics(f"{type(est).__name__} on {data.name} ({len(y)} rows)",
+                       evaluation_metrics(est, X, y, level))
+        if not no_plot and _plot_available():
+            import matplotlib.pyplot as plt
+
+            from . import plotting
+
+            if classifier:
+                proba = est.predict_proba(X)
+                codes = np.searchsorted(est.classes_, y)
+                ax = plotting.calibration(codes, proba[:, 1] if proba.shape[1] == 2 else proba)
+            else:
+                ax = plotting.interval_calibration(est, X, y)
+            ax.figure.savefig(plot, dpi=120)
+            plt.close(ax.figure)
+            console.print(f"calibration plot saved to {plot}")
+
+    _run(body)
 
 
 @app.command()

@@ -56,6 +56,7 @@ from .likelihoods import Likelihood
 from .means import Mean
 from .params import Parameter, fixed, log_prior, parameters, partition_trainable
 from .posterior import Predictive, site_alpha
+from .training import _progress
 from .sparse import SVGP, _inducing_parameter
 from .validation import check_X
 from .variational import map_latents
@@ -228,8 +229,18 @@ def _unwhiten(priors: FullPrior, V, per_latent):
     return priors.m0[:, None] + priors.L @ V
 
 
+_PROGRESS = {"done": 0, "update": None}  # the progress bar of the running `sample`
+_TICK = 10  # sweeps between progress reports
+
+
+def _tick():
+    _PROGRESS["done"] += _TICK
+    if _PROGRESS["update"] is not None:
+        _PROGRESS["update"](_PROGRESS["done"])
+
+
 @eqx.filter_jit
-def _run(model: MCGP, X, y, key, settings: GibbsSampling):
+def _run(model: MCGP, X, y, key, settings: GibbsSampling, verbose: bool = False):
     sparse = model.inducing is not None
     anchor = model.inducing.value if sparse else X
     draw = _draw_sparse if sparse else _draw_full
@@ -259,6 +270,8 @@ def _run(model: MCGP, X, y, key, settings: GibbsSampling):
 
     def step(k, state, i):
         """One sweep, and a hyperparameter move after every hyper_every-th sweep i."""
+        if verbose:  # a host callback every _TICK sweeps drives the progress bar
+            lax.cond(i % _TICK == _TICK - 1, lambda: jax.debug.callback(_tick), lambda: None)
         state, aux = sweep(jax.random.fold_in(k, 0), state)
         if settings.hyper_every:
             state = lax.cond((i + 1) % settings.hyper_every == 0, move, lambda k, s: s,
@@ -293,12 +306,14 @@ def _run(model: MCGP, X, y, key, settings: GibbsSampling):
     return _map_chains(chain, jax.random.split(key, settings.n_chains))
 
 
-def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=None):
+def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=None,
+           verbose: bool = False):
     """Draw posterior samples of the latent function(s) at X by augmented Gibbs sampling.
 
     Returns an :class:`MCPosterior` with samples ``f`` of shape (n_chains, n_samples, n)
     (or (..., n, C)), predictions that average over them, and convergence diagnostics.
-    ``key`` is a ``jax.random`` key (default ``PRNGKey(0)``)."""
+    ``key`` is a ``jax.random`` key (default ``PRNGKey(0)``); ``verbose`` shows a
+    progress bar over all sweeps of all chains."""
     if not isinstance(model, MCGP):
         raise ValueError(f"sample needs an MCGP model, got {type(model).__name__}")
     inference = GibbsSampling() if inference is None else inference
@@ -315,7 +330,16 @@ def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=Non
                              "or fix the parameter with params.fixed")
     X, y = model._data(X, y)
     key = jax.random.PRNGKey(0) if key is None else key
-    F, V, hyper, aux = _run(model, X, y, key, inference)
+    s = inference
+    update = _progress(verbose, s.n_chains * (s.burn_in + s.n_samples * s.thin), "Gibbs sampling")
+    _PROGRESS.update(done=0, update=update if verbose else None)
+    try:
+        F, V, hyper, aux = _run(model, X, y, key, inference, bool(verbose))
+        jax.block_until_ready(F)
+        jax.effects_barrier()
+    finally:
+        _PROGRESS["update"] = None
+        update(None)
     if not bool(jnp.all(jnp.isfinite(F))):
         raise FloatingPointError("the Gibbs sampler produced non-finite values; check the "
                                  "kernel and likelihood parameters and the scale of X and y")

@@ -83,8 +83,12 @@ class _Encoder:
                 return out
             return self.array(obj, "jax")
         if isinstance(obj, np.ndarray):
-            if obj.dtype == object:
-                raise ValueError(f"cannot save {path}: an object array (it would need pickle)")
+            if obj.dtype == object:  # labels or feature names: kept in the JSON
+                items = obj.ravel().tolist()
+                if not all(isinstance(v, (str, int, float, bool)) for v in items):
+                    raise ValueError(f"cannot save {path}: an object array holding other than "
+                                     "strings and numbers (it would need pickle)")
+                return {"__objects__": items, "shape": list(obj.shape)}
             return self.array(obj, "numpy")
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # NamedTuple
             return {"__namedtuple__": self._class_name(obj, path),
@@ -101,8 +105,8 @@ class _Encoder:
             return {"__object__": name,
                     "fields": {f.name: self(getattr(obj, f.name), f"{path}.{f.name}")
                                for f in dataclasses.fields(obj) if hasattr(obj, f.name)}}
-        if hasattr(obj, "get_params") and hasattr(obj, "__dict__"):  # scikit-learn estimators
-            return {"__estimator__": name,
+        if hasattr(obj, "__dict__"):  # plain classes: the scikit-learn estimators, Standardizer
+            return {"__instance__": name,
                     "state": {k: self(v, f"{path}.{k}") for k, v in vars(obj).items()}}
         raise ValueError(f"cannot save {path}: {type(obj).__name__} is not a library object")
 
@@ -158,6 +162,10 @@ class _Decoder:
             if node.get("kind") == "key":
                 return jax.random.wrap_key_data(jnp.asarray(value), impl=node.get("impl"))
             return jnp.asarray(value) if node.get("kind") == "jax" else value
+        if "__objects__" in node:
+            out = np.empty(len(node["__objects__"]), dtype=object)
+            out[:] = node["__objects__"]
+            return out.reshape(node["shape"])
         if "__float__" in node:
             return float(node["__float__"])
         if "__tuple__" in node:
@@ -180,8 +188,8 @@ class _Decoder:
             for k, v in fields.items():
                 object.__setattr__(obj, k, self(v))
             return obj
-        if "__estimator__" in node:
-            obj = object.__new__(_resolve(node["__estimator__"]))
+        if "__instance__" in node:
+            obj = object.__new__(_resolve(node["__instance__"]))
             obj.__dict__.update({k: self(v) for k, v in node["state"].items()})
             return obj
         raise ModelFileError(f"corrupted model tree: unknown node with keys {sorted(node)}")
@@ -248,7 +256,8 @@ def read_manifest(path) -> dict:
     try:
         manifest = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelFileError(f"corrupted model directory: {file} is not valid JSON ({err})") from None
+        raise ModelFileError(f"corrupted model directory: {file} is not valid JSON "
+                             f"({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModelFileError(f"{file} is not an augmentedgp model manifest")
     fmt, saved = manifest.get("format_version"), str(manifest.get("library_version"))
@@ -279,7 +288,8 @@ def load(path):
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (ValueError, OSError) as err:
-        raise ModelFileError(f"corrupted model directory: cannot read {file.name} ({err})") from None
+        raise ModelFileError(f"corrupted model directory: cannot read {file.name} "
+                             f"({err})") from None
     try:
         return _Decoder(arrays)(manifest["tree"])
     except (TypeError, KeyError) as err:

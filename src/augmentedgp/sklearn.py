@@ -1,12 +1,13 @@
 """scikit-learn estimators: ``GPRegressor``, ``GPClassifier`` and ``GPCountRegressor``.
 
-Each estimator standardises the inputs, builds an ARD kernel, picks the model by size --
+Each estimator standardises the inputs, builds an ARD kernel and picks the model by size:
 a full GP (exact for a Gaussian likelihood, otherwise a full variational GP) up to
-``n_inducing`` points and a sparse one (SGPR for a Gaussian likelihood, SVGP otherwise,
-with ``n_inducing`` k-means inducing inputs) above -- and fits it with :func:`augmentedgp.fit`: type-II maximum likelihood for the
-Gaussian models, augmented conjugate VI (``AnalyticVI``, or ``AnalyticSVI`` with
-``batch_size``) for the augmentable likelihoods and quadrature VI for the others. The
-fitted model is ``posterior_``; ``history_`` and ``n_iter_`` describe the training.
+``n_inducing`` training points, and a sparse one (SGPR for a Gaussian likelihood, SVGP
+otherwise, with ``n_inducing`` k-means inducing inputs) above. It fits it with
+:func:`augmentedgp.fit`: type-II maximum likelihood for the Gaussian models, augmented
+conjugate VI (``AnalyticVI``, or ``AnalyticSVI`` with ``batch_size``) for the augmentable
+likelihoods and quadrature VI for the others. The fitted model is ``posterior_``;
+``history_`` and ``n_iter_`` describe the training.
 """
 
 from __future__ import annotations
@@ -148,6 +149,19 @@ class _Regressor(RegressorMixin, _GPEstimator):
         if return_std:
             return ey, np.sqrt(np.maximum(np.asarray(vy), 0.0)) * scale
         return ey
+
+    def log_predictive_density(self, X, y):
+        """log p(y_i | training data) at each row of X, integrated over q(f) (the mean of
+        its negative is the NLPD)."""
+        mean, var = self._latent(X)
+        y = np.asarray(y, dtype=float).ravel()
+        if y.shape != mean.shape[:1]:
+            raise ValueError(f"y must hold one target per row of X ({mean.shape[0]}), "
+                             f"got shape {y.shape}")
+        shift, scale = self._y_scale()
+        lik = self.posterior_.likelihood
+        yy = lik.check_targets((y - shift) / scale)
+        return np.asarray(lik.predictive_log_prob(yy, mean, var)) - np.log(scale)
 
     def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)):
         """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)):

@@ -197,21 +197,24 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     return carry, hist
 
 
-def _progress(verbose, total):
-    """A rich progress bar (verbose=True) updated between chunks; a no-op otherwise."""
+def _progress(verbose, total, description="training"):
+    """A rich progress bar (verbose=True) updated between chunks or iterations; a no-op
+    otherwise. ``update(None, None)`` closes it."""
     if not verbose:
-        return lambda i, value: None
+        return lambda i, value=None: None
     from rich.progress import Progress
 
     bar = Progress(*Progress.get_default_columns(), "[cyan]{task.fields[objective]}")
-    task = bar.add_task("training", total=total, objective="")
+    task = bar.add_task(description, total=total, objective="")
     bar.start()
 
-    def update(i, value):
-        if i is None:
+    def update(i, value=None):
+        if i is None:  # done (possibly early, at convergence)
+            bar.update(task, total=bar.tasks[0].completed or total)
             bar.stop()
         else:
-            bar.update(task, completed=i, objective=f"objective {value: .6e}")
+            bar.update(task, completed=i,
+                       objective="" if value is None else f"objective {value: .6e}")
 
     return update
 
@@ -231,12 +234,12 @@ def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose
 
     values, times, start = [], [], time.perf_counter()
     stop = {"flag": False}
+    progress = _progress(verbose, max_iter, "L-BFGS")
 
     def on_iter(intermediate_result):
         values.append(float(intermediate_result.fun))
         times.append(time.perf_counter() - start)
-        if verbose:
-            print(f"iter {len(values):6d}  objective {values[-1]: .6e}")
+        progress(len(values), values[-1])
         x_now = jnp.asarray(intermediate_result.x)
         if callback is not None and callback(len(values), values[-1],
                                              eqx.combine(unravel(x_now), static)):
@@ -247,8 +250,12 @@ def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose
     if not np.isfinite(f0):
         raise ValueError("the objective is not finite at the initial parameters; check the data "
                          "and the initial hyperparameters")
-    res = scipy.optimize.minimize(fun, best["x"], jac=True, method="L-BFGS-B", callback=on_iter,
-                                  options={"maxiter": max_iter, "ftol": tol, "gtol": 1e-8})
+    try:
+        res = scipy.optimize.minimize(fun, best["x"], jac=True, method="L-BFGS-B",
+                                      callback=on_iter,
+                                      options={"maxiter": max_iter, "ftol": tol, "gtol": 1e-8})
+    finally:
+        progress(None, None)
     x = res.x if np.isfinite(res.fun) and res.fun <= best["f"] else best["x"]
     if not values:
         values, times = [float(best["f"])], [time.perf_counter() - start]
