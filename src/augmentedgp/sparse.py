@@ -89,6 +89,12 @@ class Projection(NamedTuple):
     var: jax.Array  # V_q[f(X)]
 
 
+@eqx.filter_jit
+def _prior_cholesky(kernel, Z):
+    """cholesky(K(Z, Z)) as one compiled program (eager ops would compile one by one)."""
+    return linalg.cholesky(kernel(Z))
+
+
 class SVGP(Predictive):
     """Sparse variational GP: f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)), q(u) at Z.
 
@@ -128,7 +134,7 @@ class SVGP(Predictive):
 
     def _initial_q(self, kind, Z):
         """q at the prior (one per latent), or the given QPosterior after a shape check."""
-        make = lambda k: make_q(kind, linalg.cholesky(k(Z)))
+        make = lambda k: make_q(kind, _prior_cholesky(k, Z))
         C = self.num_latent
         if C == 1:
             return make(self.kernel)
