@@ -56,8 +56,8 @@ from .likelihoods import Likelihood
 from .means import Mean
 from .params import Parameter, fixed, log_prior, parameters, partition_trainable
 from .posterior import Predictive, site_alpha
-from .training import _progress
 from .sparse import SVGP, _inducing_parameter
+from .training import _progress
 from .validation import check_X
 from .variational import map_latents
 

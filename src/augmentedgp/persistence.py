@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import importlib
+import inspect
 import io
 import json
 import math
@@ -51,8 +53,8 @@ def _version():
 
 def _compatible(saved: str, current: str) -> bool:
     """Same major version, and for 0.x the same minor version (semantic versioning)."""
-    s, c = saved.split(".")[:2], current.split(".")[:2]
-    return s[0] == c[0] and (s[0] != "0" or s[1] == c[1])
+    s, c = (str(saved).split(".") + ["", ""])[:2], (current.split(".") + ["", ""])[:2]
+    return s[0].isdigit() and s[0] == c[0] and (s[0] != "0" or s[1] == c[1])
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -93,6 +95,9 @@ class _Encoder:
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # NamedTuple
             return {"__namedtuple__": self._class_name(obj, path),
                     "fields": {f: self(getattr(obj, f), f"{path}.{f}") for f in obj._fields}}
+        if isinstance(obj, np.random.RandomState):  # scikit-learn's random_state
+            name, keys, pos, has_gauss, cached = obj.get_state()
+            return {"__randomstate__": [name, self.array(keys, "numpy"), pos, has_gauss, cached]}
         if isinstance(obj, (tuple, list)):
             items = [self(v, f"{path}[{i}]") for i, v in enumerate(obj)]
             return {"__tuple__": items} if isinstance(obj, tuple) else items
@@ -104,7 +109,7 @@ class _Encoder:
         if dataclasses.is_dataclass(obj):  # equinox modules and the library's dataclasses
             return {"__object__": name,
                     "fields": {f.name: self(getattr(obj, f.name), f"{path}.{f.name}")
-                               for f in dataclasses.fields(obj) if hasattr(obj, f.name)}}
+                               for f in dataclasses.fields(obj) if f.name in vars(obj)}}
         if hasattr(obj, "__dict__"):  # plain classes: the scikit-learn estimators, Standardizer
             return {"__instance__": name,
                     "state": {k: self(v, f"{path}.{k}") for k, v in vars(obj).items()}}
@@ -114,8 +119,8 @@ class _Encoder:
     def _class_name(obj, path):
         cls = type(obj)
         if not cls.__module__.startswith(_PACKAGE + ".") or "<locals>" in cls.__qualname__:
-            what = "a function" if callable(obj) and not hasattr(obj, "__dict__") else (
-                f"{cls.__module__}.{cls.__qualname__}")
+            what = ("a function" if inspect.isroutine(obj) or isinstance(obj, functools.partial)
+                    else f"{cls.__module__}.{cls.__qualname__}")
             raise ValueError(
                 f"cannot save {path}: it holds {what}, which is not an augmentedgp class; "
                 "model files hold no code, so only the library's own classes can be saved")
@@ -139,6 +144,9 @@ def _resolve(name: str):
                              f"version of augmentedgp ({_version()}) does not have") from None
     if not isinstance(obj, type):
         raise ModelFileError(f"the model file refers to {name}, which is not a class")
+    if (obj.__module__, obj.__qualname__) != (module, qualname):
+        raise ModelFileError(f"the model file refers to {name}, which is not an augmentedgp "
+                             "class; refusing to load it")
     return obj
 
 
@@ -162,6 +170,11 @@ class _Decoder:
             if node.get("kind") == "key":
                 return jax.random.wrap_key_data(jnp.asarray(value), impl=node.get("impl"))
             return jnp.asarray(value) if node.get("kind") == "jax" else value
+        if "__randomstate__" in node:
+            state = node["__randomstate__"]
+            rs = np.random.RandomState()
+            rs.set_state((state[0], self(state[1]), *state[2:]))
+            return rs
         if "__objects__" in node:
             out = np.empty(len(node["__objects__"]), dtype=object)
             out[:] = node["__objects__"]
@@ -173,8 +186,10 @@ class _Decoder:
         if "__dict__" in node:
             return {k: self(v) for k, v in node["__dict__"].items()}
         if "__namedtuple__" in node:
-            return _resolve(node["__namedtuple__"])(**{k: self(v)
-                                                       for k, v in node["fields"].items()})
+            cls = _resolve(node["__namedtuple__"])
+            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+                raise ModelFileError(f"{cls.__qualname__} is not a NamedTuple")
+            return cls(**{k: self(v) for k, v in node["fields"].items()})
         if "__object__" in node:
             cls = _resolve(node["__object__"])
             if not dataclasses.is_dataclass(cls):
@@ -184,6 +199,11 @@ class _Decoder:
             if set(fields) - expected:
                 raise ModelFileError(f"the saved {cls.__qualname__} has fields "
                                      f"{sorted(set(fields) - expected)} this version does not know")
+            required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING}
+            if required - set(fields):
+                raise ModelFileError(f"the saved {cls.__qualname__} lacks the fields "
+                                     f"{sorted(required - set(fields))} this version needs")
             obj = object.__new__(cls)  # as equinox's unflatten: no __init__, fields set as saved
             for k, v in fields.items():
                 object.__setattr__(obj, k, self(v))
@@ -207,12 +227,15 @@ def _describe(obj) -> dict:
         f.name: getattr(model, f.name) for f in dataclasses.fields(model)
         if f.metadata.get("static") and isinstance(getattr(model, f.name), (bool, int, float, str))
     } if dataclasses.is_dataclass(model) else {}
-    labels = getattr(obj, "classes_", None)
+    labels = getattr(obj, "classes_", getattr(lik, "classes", None))
+    if isinstance(lik, str):  # an unfitted estimator's likelihood parameter
+        lik = None
     return {
         "model_class": f"{type(obj).__module__}.{type(obj).__qualname__}",
         "model": type(model).__qualname__,
         "likelihood": type(lik).__qualname__ if lik is not None else None,
-        "settings": {k: v for k, v in settings.items()
+        "settings": {k: (v if not isinstance(v, float) or math.isfinite(v) else repr(v))
+                     for k, v in settings.items()
                      if v is None or isinstance(v, (bool, int, float, str))},
         "labels": None if labels is None else np.asarray(labels).tolist(),
     }
@@ -236,7 +259,8 @@ def save(obj, path) -> Path:
     }
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    for name, content in ((ARRAYS, data), (MANIFEST, json.dumps(manifest, indent=1).encode())):
+    text = json.dumps(manifest, indent=1, allow_nan=False)  # strict JSON: no NaN/Infinity
+    for name, content in ((ARRAYS, data), (MANIFEST, text.encode())):
         tmp = path / f".{name}.tmp"  # write, then rename: a crash never leaves half a file
         tmp.write_bytes(content)
         os.replace(tmp, path / name)
@@ -269,6 +293,9 @@ def read_manifest(path) -> dict:
     for key in ("tree", "arrays"):
         if key not in manifest:
             raise ModelFileError(f"corrupted model directory: the manifest has no {key!r}")
+    if not isinstance(manifest["arrays"], dict):
+        raise ModelFileError("corrupted model directory: the manifest's 'arrays' is not an "
+                             "object")
     return manifest
 
 
@@ -292,7 +319,9 @@ def load(path):
                              f"({err})") from None
     try:
         return _Decoder(arrays)(manifest["tree"])
-    except (TypeError, KeyError) as err:
+    except ModelFileError:
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError) as err:
         raise ModelFileError(f"corrupted model tree in {path / MANIFEST}: {err!r}") from None
 
 

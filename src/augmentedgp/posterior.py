@@ -118,15 +118,16 @@ class SitePosterior(Predictive):
 
     def predict_f(self, Xnew, full_cov: bool = False):
         """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
-        return _predict_f(self, self._check_new(Xnew), full_cov)
+        # the arrays, not self: its static history would make every fit compile anew
+        return _predict_f(self.model, self.X, self.alpha, self.L, self.sqrt_tau,
+                          self._check_new(Xnew), full_cov)
 
 
 @eqx.filter_jit
-def _predict_f(post: SitePosterior, Xnew, full_cov: bool):
-    model = post.model
-    Ksx = model.kernel(post.X, Xnew)
-    mean = model.mean(Xnew) + Ksx.T @ post.alpha
-    V = linalg.solve_lower(post.L, post.sqrt_tau[:, None] * Ksx)
+def _predict_f(model, X, alpha, L, sqrt_tau, Xnew, full_cov: bool):
+    Ksx = model.kernel(X, Xnew)
+    mean = model.mean(Xnew) + Ksx.T @ alpha
+    V = linalg.solve_lower(L, sqrt_tau[:, None] * Ksx)
     if full_cov:
         return mean, model.kernel(Xnew) - V.T @ V
     return mean, jnp.maximum(model.kernel.diag(Xnew) - jnp.sum(V**2, axis=0), 0.0)
