@@ -25,6 +25,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 
 from .params import Identity, _is_param, partition_trainable
+from .variational import QPosterior
 
 
 @dataclasses.dataclass(eq=False)
@@ -266,9 +267,10 @@ def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose
 
 def perturb(model, key, scale: float = 1.0):
     """A random restart point: positive parameters times exp(N(0, scale^2)), real ones plus
-    N(0, scale^2). Fixed parameters are left alone."""
-
-    params = [p for p in jax.tree_util.tree_leaves(model, is_leaf=_is_param)
+    N(0, scale^2). Fixed parameters and the variational posterior q(u) (whose natural
+    parameters have constraints of their own) are left alone."""
+    skip = lambda x: _is_param(x) or isinstance(x, QPosterior)
+    params = [p for p in jax.tree_util.tree_leaves(model, is_leaf=skip)
               if _is_param(p) and p.trainable]
     keys = jax.random.split(key, max(len(params), 1))
     it = iter(keys)
@@ -281,4 +283,4 @@ def perturb(model, key, scale: float = 1.0):
             return dataclasses.replace(p, raw=p.raw + eps)
         return dataclasses.replace(p, raw=p.transform.inverse(p.value * jnp.exp(eps)))
 
-    return jax.tree_util.tree_map(move, model, is_leaf=_is_param)
+    return jax.tree_util.tree_map(move, model, is_leaf=skip)
