@@ -46,6 +46,8 @@ class Kernel(eqx.Module):
 
 
 class Sum(Kernel):
+    """k1 + k2 (also written ``k1 + k2``)."""
+
     k1: Kernel
     k2: Kernel
 
@@ -57,6 +59,8 @@ class Sum(Kernel):
 
 
 class Product(Kernel):
+    """k1 * k2 (also written ``k1 * k2``)."""
+
     k1: Kernel
     k2: Kernel
 

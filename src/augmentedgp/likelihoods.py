@@ -41,6 +41,9 @@ def _laguerre_nodes(n: int = 64):
 
 
 class Likelihood(eqx.Module):
+    """Base class: ``log_prob(y, f)`` elementwise, its derivatives, the variational
+    expectations and the predictive distribution of y given a Gaussian q(f)."""
+
     def log_prob(self, y, f):
         raise NotImplementedError
 

@@ -42,6 +42,7 @@ def set_jitter_levels(levels) -> None:
 
 
 def jitter_levels() -> tuple[float, ...]:
+    """The jitter levels (multiples of the mean diagonal) tried in turn by ``cholesky``."""
     return _JITTER_LEVELS
 
 

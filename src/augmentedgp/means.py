@@ -10,16 +10,22 @@ from .params import Parameter, real
 
 
 class Mean(eqx.Module):
+    """Base class of mean functions: ``mean(X)`` maps (n, d) inputs to (n,) values."""
+
     def __call__(self, X: jax.Array) -> jax.Array:
         raise NotImplementedError
 
 
 class Zero(Mean):
+    """m(x) = 0."""
+
     def __call__(self, X):
         return jnp.zeros(X.shape[:1], dtype=X.dtype)
 
 
 class Constant(Mean):
+    """m(x) = c, a trainable constant."""
+
     c: Parameter
 
     def __init__(self, c=0.0):

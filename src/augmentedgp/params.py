@@ -21,6 +21,8 @@ from jax.scipy import stats
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
+    """The identity bijection (unconstrained real parameters)."""
+
     def forward(self, raw):
         return raw
 
@@ -56,6 +58,8 @@ class Exp:
 
 @dataclasses.dataclass(frozen=True)
 class Normal:
+    """A normal prior N(loc, scale^2) on the parameter value."""
+
     loc: float = 0.0
     scale: float = 1.0
 
@@ -65,6 +69,8 @@ class Normal:
 
 @dataclasses.dataclass(frozen=True)
 class LogNormal:
+    """A log-normal prior: log(value) ~ N(loc, scale^2)."""
+
     loc: float = 0.0
     scale: float = 1.0
 
@@ -136,6 +142,7 @@ def fixed(p: Parameter) -> Parameter:
 
 
 def with_prior(p: Parameter, prior) -> Parameter:
+    """The same parameter with a prior (``Normal``, ``LogNormal`` or ``Gamma``)."""
     return dataclasses.replace(p, prior=prior)
 
 

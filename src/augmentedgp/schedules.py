@@ -12,6 +12,8 @@ import jax.numpy as jnp
 
 
 class Schedule(eqx.Module):
+    """Base class of step-size schedules: ``schedule(t)`` is the step size at iteration t."""
+
     def __call__(self, t):
         raise NotImplementedError
 
@@ -110,6 +112,7 @@ class Adaptive(Schedule):
 
 
 def as_schedule(step_size) -> Schedule:
+    """A Schedule as is, or a constant one from a number."""
     return step_size if isinstance(step_size, Schedule) else Constant(step_size)
 
 

@@ -52,6 +52,7 @@ def check_y(y, n: int, name: str = "y") -> np.ndarray:
 
 
 def check_Xy(X, y):
+    """Validated inputs (n, d) and targets (n,) (raises ValueError)."""
     X = check_X(X)
     return X, check_y(y, X.shape[0])
 
