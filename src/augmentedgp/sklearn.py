@@ -89,7 +89,8 @@ class _GPEstimator(BaseEstimator):
         max_iter = _positive_int(self.max_iter, "max_iter")
         key = jax.random.key(self._seed())
         kernel = self._kernel(d)
-        augmented = isinstance(likelihood, Augmented) and self._inference() == "analytic"
+        analytic = self._inference() == "analytic"  # validates the setting for every likelihood
+        augmented = isinstance(likelihood, Augmented) and analytic
         q = "natural_whitened" if augmented else "whitened"
         if sparse:
             Z = _inducing.kmeans(Xs, min(M, len(np.unique(Xs, axis=0))), key)
