@@ -4,13 +4,18 @@ import os
 # slow a 246 x 246 Cholesky from 0.5 ms to 10-80 ms on a busy 2-core machine (measured):
 # the tests use small matrices, so one BLAS thread (set before numpy loads OpenBLAS)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# ... but a pytest plugin (jaxtyping's) may have loaded numpy before this file runs, so the
+# variable can come too late: limit the loaded BLAS pools directly as well
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+threadpool_limits(1, "blas")
 
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import augmentedgp  # noqa: F401  (enables float64 before any test builds arrays)
+import augmentedgp  # noqa: F401, E402  (enables float64 before any test builds arrays)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FULL = os.environ.get("AGP_FULL_SLOW", "0") == "1"

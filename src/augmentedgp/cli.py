@@ -453,8 +453,9 @@ def evaluation_metrics(est, X, y, level: float = 0.95) -> dict:
         binary = len(est.classes_) == 2
         return {"accuracy": float(np.mean(est.classes_[np.argmax(proba, 1)] == y)),
                 "log loss": float(skm.log_loss(codes, proba, labels=range(proba.shape[1]))),
-                "Brier score": float(np.mean(np.sum((proba - np.eye(proba.shape[1])[codes]) ** 2,
-                                                    1))),
+                # scikit-learn's convention: the positive class only for two classes
+                "Brier score": float(np.mean((proba[:, 1] - codes) ** 2) if binary else np.mean(
+                    np.sum((proba - np.eye(proba.shape[1])[codes]) ** 2, 1))),
                 "ECE (10 bins)": float(calibration_curve(codes, proba[:, 1] if binary else proba,
                                                          10)["ece"])}
     y = np.asarray(y, dtype=float)
