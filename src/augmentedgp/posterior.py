@@ -119,8 +119,11 @@ class SitePosterior(Predictive):
     def predict_f(self, Xnew, full_cov: bool = False):
         """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
         # the arrays, not self: its static history would make every fit compile anew
-        return _predict_f(self.model, self.X, self.alpha, self.L, self.sqrt_tau,
-                          self._check_new(Xnew), full_cov)
+        return self._moments(self._check_new(Xnew), full_cov)
+
+    def _moments(self, Xnew, full_cov: bool = False):
+        """predict_f without validation (traceable)."""
+        return _predict_f(self.model, self.X, self.alpha, self.L, self.sqrt_tau, Xnew, full_cov)
 
 
 @eqx.filter_jit

@@ -12,9 +12,13 @@ likelihoods and quadrature VI for the others. The fitted model is ``posterior_``
 
 from __future__ import annotations
 
+import warnings
+
+import equinox as eqx
 import numpy as np
 import scipy.stats
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import d2_tweedie_score
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
@@ -51,6 +55,25 @@ def _positive_int(value, name, allow_none=True):
         raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, "
                          f"got {value!r}")
     return int(value)
+
+
+def _without_history(post):
+    """The fitted posterior without its training history (a static field compared by
+    identity, which would make each fit compile its predictions anew)."""
+    bare = object.__new__(type(post))
+    bare.__dict__.update(vars(post))
+    object.__setattr__(bare, "history", None)
+    return bare
+
+
+@eqx.filter_jit
+def _predict(post, Xs, what):
+    mean, var = post._moments(Xs)  # Xs is validated by the estimator
+    if what == "y":
+        return post.likelihood.predict_y(mean, var)
+    if what == "proba":
+        return post.likelihood.predict_proba(mean, var)
+    return mean, var
 
 
 class _GPEstimator(BaseEstimator):
@@ -91,6 +114,9 @@ class _GPEstimator(BaseEstimator):
         kernel = self._kernel(d)
         analytic = self._inference() == "analytic"  # validates the setting for every likelihood
         augmented = isinstance(likelihood, Augmented) and analytic
+        if self.inference == "analytic" and not augmented:
+            raise ValueError(f"inference='analytic' needs an augmentable likelihood; "
+                             f"{type(likelihood).__name__} is not (use 'auto' or 'quadrature')")
         q = "natural_whitened" if augmented else "whitened"
         if sparse:
             Z = _inducing.kmeans(Xs, min(M, len(np.unique(Xs, axis=0))), key)
@@ -111,6 +137,10 @@ class _GPEstimator(BaseEstimator):
                                verbose=bool(self.verbose))
         self.history_ = self.posterior_.history
         self.n_iter_ = max(1, len(self.history_.objective))
+        if not self.history_.converged:  # scikit-learn's convention
+            warnings.warn(f"{type(self).__name__} stopped before converging "
+                          f"({self.history_.message}); raise max_iter", ConvergenceWarning,
+                          stacklevel=3)
         self.sparse_ = sparse
         return self
 
@@ -118,12 +148,13 @@ class _GPEstimator(BaseEstimator):
         return _choice(getattr(self, "inference", "auto"), ("auto", "analytic", "quadrature"),
                        "inference").replace("auto", "analytic")
 
-    def _latent(self, X):
-        """Mean and variance of the latent function(s) at X."""
+    def _latent(self, X, what="f"):
+        """Mean and variance of the latent function(s) at X ("f"), or of y ("y"), or the
+        class probabilities ("proba"), from one compiled program."""
         check_is_fitted(self, "posterior_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean, var = self.posterior_.predict_f(self._scaler.transform(X))
-        return np.asarray(mean), np.asarray(var)
+        out = _predict(_without_history(self.posterior_), self._scaler.transform(X), what)
+        return tuple(np.asarray(a) for a in out) if isinstance(out, tuple) else np.asarray(out)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -143,8 +174,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
 
     def predict(self, X, return_std: bool = False):
         """Predictive mean of y at X; with ``return_std`` also its standard deviation."""
-        mean, var = self._latent(X)
-        ey, vy = self.posterior_.likelihood.predict_y(mean, var)
+        ey, vy = self._latent(X, "y")
         shift, scale = self._y_scale()
         ey = np.asarray(ey) * scale + shift
         if return_std:
@@ -389,8 +419,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
 
     def predict_proba(self, X):
         """Class probabilities, (n, n_classes), columns in the order of ``classes_``."""
-        mean, var = self._latent(X)
-        p = np.asarray(self.posterior_.likelihood.predict_proba(mean, var))
+        p = self._latent(X, "proba")
         if p.ndim == 1:
             p = np.stack([1.0 - p, p], axis=1)
         return p / p.sum(axis=1, keepdims=True)

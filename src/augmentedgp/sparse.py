@@ -251,6 +251,10 @@ class SVGP(Predictive):
         with C latent functions (n*, C) and (n*, C), or (C, n*, n*)."""
         return _predict_f(self, self._check_new(Xnew), full_cov)
 
+    def _moments(self, Xnew, full_cov: bool = False):
+        """predict_f without validation (traceable)."""
+        return _predict_f(self, Xnew, full_cov)
+
     @property
     def num_inducing(self) -> int:
         self._input_dim()
@@ -419,6 +423,9 @@ class SparsePosterior(Predictive):
 
     def predict_f(self, Xnew, full_cov: bool = False):
         return self.model.predict_f(Xnew, full_cov)
+
+    def _moments(self, Xnew, full_cov: bool = False):
+        return self.model._moments(Xnew, full_cov)
 
     def _check_new(self, Xnew):
         return self.model._check_new(Xnew)
