@@ -24,7 +24,7 @@ from . import samplers
 from .augmentation import Augmented, CountAux, PolyaGamma, SuperGaussian, log_cosh_sqrt, tanh_ratio
 from .params import Parameter, positive
 from .quadrature import gauss_hermite, log_gauss_hermite
-from .validation import check_binary, check_y
+from .validation import check_binary, check_finite, check_y
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -259,15 +259,7 @@ class BayesianSVM(Bernoulli, Augmented):
 # --- non-Gaussian likelihoods for quadrature variational inference ----------------------
 
 
-def _finite_targets(y, name: str = "y") -> np.ndarray:
-    """A finite float array."""
-    try:
-        arr = np.asarray(y, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return arr
+_finite_targets = check_finite
 
 
 def _count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:

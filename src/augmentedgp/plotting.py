@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from . import diagnostics
+from .validation import check_finite
 
 __all__ = ["posterior_1d", "proba_2d", "history", "calibration_curve", "calibration",
            "interval_coverage", "interval_calibration", "trace", "autocorrelation"]
@@ -45,14 +46,7 @@ def _axes(ax):
     return _pyplot().subplots()[1] if ax is None else ax
 
 
-def _finite(arr, name):
-    try:
-        arr = np.asarray(arr, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return arr
+_finite = check_finite
 
 
 def _inputs(X, d, name="X"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import warnings
 
-import equinox as eqx
 import numpy as np
 import scipy.stats
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -55,25 +54,6 @@ def _positive_int(value, name, allow_none=True):
         raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, "
                          f"got {value!r}")
     return int(value)
-
-
-def _without_history(post):
-    """The fitted posterior without its training history (a static field compared by
-    identity, which would make each fit compile its predictions anew)."""
-    bare = object.__new__(type(post))
-    bare.__dict__.update(vars(post))
-    object.__setattr__(bare, "history", None)
-    return bare
-
-
-@eqx.filter_jit
-def _predict(post, Xs, what):
-    mean, var = post._moments(Xs)  # Xs is validated by the estimator
-    if what == "y":
-        return post.likelihood.predict_y(mean, var)
-    if what == "proba":
-        return post.likelihood.predict_proba(mean, var)
-    return mean, var
 
 
 class _GPEstimator(BaseEstimator):
@@ -150,10 +130,13 @@ class _GPEstimator(BaseEstimator):
 
     def _latent(self, X, what="f"):
         """Mean and variance of the latent function(s) at X ("f"), or of y ("y"), or the
-        class probabilities ("proba"), from one compiled program."""
+        class probabilities ("proba")."""
         check_is_fitted(self, "posterior_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        out = _predict(_without_history(self.posterior_), self._scaler.transform(X), what)
+        post = self.posterior_
+        mean, var = post.predict_f(self._scaler.transform(X))
+        out = (post.likelihood.predict_y(mean, var) if what == "y" else
+               post.likelihood.predict_proba(mean, var) if what == "proba" else (mean, var))
         return tuple(np.asarray(a) for a in out) if isinstance(out, tuple) else np.asarray(out)
 
     def __sklearn_tags__(self):

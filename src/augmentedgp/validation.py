@@ -27,6 +27,17 @@ def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
     return arr
 
 
+def check_finite(arr, name: str = "y") -> np.ndarray:
+    """A finite float array (raises ValueError naming ``name``)."""
+    try:
+        arr = np.asarray(arr, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
 def check_vector(y, n: int, name: str = "y") -> np.ndarray:
     """A vector of length n, of any dtype (an (n, 1) column is accepted)."""
     arr = np.asarray(y)
