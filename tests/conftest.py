@@ -66,3 +66,14 @@ def elliptical_slice(loglik, K, n_chains, n_keep, n_burn, seed):
             s1 += f
             s2 += f * f
     return s1 / n_keep, s2 / n_keep
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches():
+    """Drop compiled programs after each test module: in one long process, thousands of
+    accumulated XLA executables ended in a segfault inside XLA's compiler late in a CI run
+    (twice, at different tests of tests/test_sklearn.py, which passes on its own)."""
+    yield
+    import jax
+
+    jax.clear_caches()
