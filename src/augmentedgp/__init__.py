@@ -39,9 +39,9 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """``agp.sklearn`` and ``agp.plotting`` load on first use (they import scikit-learn
-    estimator machinery and matplotlib)."""
-    if name in ("sklearn", "plotting"):
+    """``agp.sklearn``, ``agp.plotting`` and ``agp.distributed`` load on first use (they
+    import scikit-learn estimator machinery, matplotlib and Dask)."""
+    if name in ("sklearn", "plotting", "distributed"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -53,7 +53,8 @@ __all__ = [
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load", "augmentation",
-    "diagnostics", "dpp", "flow", "inducing", "kernels", "likelihoods", "means", "natgrad",
+    "diagnostics", "distributed", "dpp", "flow", "inducing", "kernels", "likelihoods", "means",
+    "natgrad",
     "inference",
     "linalg", "bayesian", "bounds", "params", "persistence", "plotting", "samplers", "schedules",
     "sklearn", "variational",

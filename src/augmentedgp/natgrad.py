@@ -81,27 +81,52 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
     ``multi``: several latent functions. q and the projection (Kmm, ..., kdiag) carry a
     leading latent axis, beta and gamma are (n, C); every latent takes its own step
     (``variational.map_latents``), with one step size from the concatenated direction."""
+    if not isinstance(q, SiteQ):
+        return statistics_step(q, Lmm, site_statistics(A, beta, gamma, multi), scale, rate, psd,
+                               multi)
     if multi:
         beta, gamma = beta.T, gamma.T
-        each = map_latents
-    else:
-        each = lambda fn, args, mapped: fn(*args)
-    direction, state = each(_direction, (q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale),
-                            (True,) * 8 + (False,))
+    each = _each(multi)
+    step = each(_site_fisher_step, (q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale),
+                (True,) * 8 + (False,))
+    return _take_step(q, step, step, Lmm, rate, False, each)
+
+
+def site_statistics(A, beta, gamma, multi: bool = False):
+    """The data's part of the natural-gradient target, (A beta, A diag(gamma) A^T) with
+    A = Lmm^-1 Kmn: sums over the points, so the statistics of disjoint partitions of the
+    data add up to those of the whole (:mod:`augmentedgp.distributed`). With ``multi``,
+    A is (C, M, n), beta and gamma (n, C), and the statistics lead with the latent axis."""
+    if multi:
+        return map_latents(site_statistics, (A, beta.T, gamma.T), (True, True, True))
+    return A @ beta, (A * gamma) @ A.T
+
+
+def statistics_step(q, Lmm, statistics, scale, rate, psd: bool = False, multi: bool = False):
+    """:func:`scheduled_step` from summed :func:`site_statistics` (s1, S2) of the data: the
+    target is theta1* = scale s1, P* = I + scale S2 (not for the site family)."""
+    each = _each(multi)
+    direction, state = each(_whitened_direction, (q, Lmm, *statistics, scale),
+                            (True, True, True, True, False))
+    return _take_step(q, direction, state, Lmm, rate, psd, each)
+
+
+def _each(multi):
+    return map_latents if multi else (lambda fn, args, mapped: fn(*args))
+
+
+def _take_step(q, direction, state, Lmm, rate, psd, each):
     rho, aux = rate(direction.ravel())
     if isinstance(q, SiteQ) or not psd:
         rho = _backoff(lambda r: jnp.all(each(_valid, (q, state, r), (True, True, False))), rho)
     return each(_apply, (q, state, rho, Lmm), (True, True, False, True)), rho, aux
 
 
-def _direction(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):
+def _whitened_direction(q, Lmm, s1, S2, scale):
     """(the natural-gradient direction, flattened; the state _valid and _apply need)."""
-    if isinstance(q, SiteQ):
-        step = _site_fisher_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale)
-        return step, step
     theta1, P = q.whitened_natural(Lmm)
-    target1 = A @ (scale * beta)
-    targetP = jnp.eye(P.shape[0], dtype=P.dtype) + (A * (scale * gamma)) @ A.T
+    target1 = scale * s1
+    targetP = jnp.eye(P.shape[0], dtype=P.dtype) + scale * S2
     return (jnp.concatenate([target1 - theta1, (targetP - P).ravel()]),
             (theta1, P, target1, targetP))
 
@@ -151,5 +176,5 @@ def _site_fisher_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):
     return jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
 
 
-__all__ = ["natural_step", "scheduled_step", "direction_size", "quadrature_sites",
-           "site_objective"]
+__all__ = ["natural_step", "scheduled_step", "statistics_step", "site_statistics",
+           "direction_size", "quadrature_sites", "site_objective"]

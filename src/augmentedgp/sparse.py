@@ -434,6 +434,9 @@ class SparsePosterior(Predictive):
         """The SVGP evidence lower bound on the full training data (``augmented=True``: the
         augmented model's bound at the optimal q(w), see :meth:`SVGP.elbo`)."""
         _check_augmented(self.likelihood, augmented)
+        if self.X is None:
+            raise ValueError("this posterior holds no training data (fitted by "
+                             "augmentedgp.distributed.fit); use model.elbo(X, y) on the data")
         return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
 
     def augmentation_gap(self) -> float:

@@ -131,7 +131,9 @@ def _run_chunk(step, carry, args, length):
 
 def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int, tol: float,
               chunk_size: int = 50, window: int = 20, callback: Callable | None = None,
-              verbose: bool = False, monitor: Callable | None = None, patience: int = 5):
+              verbose: bool = False, monitor: Callable | None = None, patience: int = 5,
+              runner: Callable | None = None, on_chunk: Callable | None = None,
+              resume: tuple | None = None):
     """The training loop. ``step(carry, args) -> (carry, (objective, step_size))`` is a
     module-level function, run jitted in ``lax.scan`` chunks of ``chunk_size``; between
     chunks: history, non-finite rollback (the last finite state is kept), progress,
@@ -140,16 +142,24 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     ``monitor(model) -> float`` (lower is better, e.g. a held-out NLPD), no improvement of
     the monitored value for ``patience`` chunks (the best monitored state is returned).
     Returns ``(carry, History)``.
+
+    ``runner(step, carry, args, length)`` replaces the compiled chunk (a driver loop whose
+    steps leave the process, :mod:`augmentedgp.distributed`); ``on_chunk(carry, (values,
+    step_sizes, times))`` runs after every finite chunk (checkpoints), and ``resume`` =
+    those three lists continues a run that stopped there: it then ends as the uninterrupted
+    run would (same chunk boundaries, same convergence test).
     """
-    values, sizes, times, monitored = [], [], [], []
+    run_chunk = _run_chunk if runner is None else runner
+    values, sizes, times = ([], [], []) if resume is None else map(list, resume)
+    monitored = []
     message, converged = "max_iter reached", False
     best = (np.inf, carry, 0)
     prev = None  # (carry at the start of the last chunk, its length): the rollback point
-    start = time.perf_counter()
+    start = time.perf_counter() - (times[-1] if times else 0.0)
     progress = _progress(verbose, max_iter)
     while len(values) < max_iter:
         length = min(chunk_size, max_iter - len(values))
-        new_carry, (chunk, rho) = _run_chunk(step, carry, args, length)
+        new_carry, (chunk, rho) = run_chunk(step, carry, args, length)
         chunk = np.asarray(chunk)
         bad = ~np.isfinite(chunk)
         if bad.any():  # keep the last finite state, never return NaN parameters
@@ -163,11 +173,13 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
             if k > 1:
-                carry, _ = _run_chunk(step, carry, args, k - 1)
+                carry, _ = run_chunk(step, carry, args, k - 1)
             elif k == 0:  # this chunk's start came from the previous chunk's last update
+                if prev is None:
+                    raise ValueError("the objective is not finite at the resumed state")
                 prev_carry, prev_length = prev
                 carry = (prev_carry if prev_length == 1
-                         else _run_chunk(step, prev_carry, args, prev_length - 1)[0])
+                         else run_chunk(step, prev_carry, args, prev_length - 1)[0])
             values.extend(chunk[:k].tolist())
             sizes.extend(np.asarray(rho)[:k].tolist())
             times.extend([time.perf_counter() - start] * k)
@@ -176,6 +188,8 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
         values.extend(chunk.tolist())
         sizes.extend(np.asarray(rho).tolist())
         times.extend([time.perf_counter() - start] * length)
+        if on_chunk is not None:
+            on_chunk(carry, (values, sizes, times))
         progress(len(values), values[-1])
         if callback is not None and callback(len(values), values[-1], to_model(carry)):
             message = "stopped by callback"
