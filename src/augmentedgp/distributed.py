@@ -32,6 +32,7 @@ uninterrupted fit would have.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -83,7 +84,8 @@ def partition_statistics(hyp, q, static, inference, X, y, w, key, need_grad: boo
     else:
         (value, p), grad = data_term(hyp), jax.tree_util.tree_map(jnp.zeros_like, hyp)
     p = jax.tree_util.tree_map(lax.stop_gradient, p)
-    beta, gamma = inference.sites(static.likelihood, y, p.mean, p.var, p.prior_mean, key)
+    beta, gamma = inference.sites(model_of(hyp).likelihood, y, p.mean, p.var, p.prior_mean,
+                                  key)
     wl = w[:, None] if multi else w
     return Statistics(value, grad, *site_statistics(p.A, wl * beta, wl * gamma, multi))
 
@@ -172,10 +174,14 @@ def _to_numpy(tree):
                                   tree)
 
 
-def _bucket(k: int) -> int:
-    """Padded length of a partition's share of a minibatch: powers of two (>= 8), so a
-    worker compiles O(log |B|) programs rather than one per share size."""
-    return max(8, 1 << (k - 1).bit_length())
+def _bucket(k: int, bits: int) -> int:
+    """Padded row count: k rounded up to a number with ``bits`` significant bits (>= 8), so
+    that a worker compiles a few programs per octave of sizes, not one per size; padding
+    wastes at most 2^(1 - bits) of the work (bits=1: powers of two)."""
+    if k <= 8:
+        return 8
+    shift = max(k.bit_length() - bits, 0)
+    return -(-k >> shift) << shift
 
 
 _STATIC: dict = {}  # on a worker: token -> the unpickled (static model part, inference)
@@ -203,12 +209,12 @@ def _worker_statistics(part, static_payload, arrays, rows, key_data, need_grad):
     static, inference = _STATIC[token]
     hyp, q = arrays
     X, y = part
-    if rows is None:
-        w = np.ones(X.shape[0])
-    else:
-        size = _bucket(len(rows))
-        w = np.zeros(size)
-        w[: len(rows)] = 1.0
+    # whole partitions are padded finely (they are large), minibatch shares to powers of two
+    rows, bits = (np.arange(X.shape[0]), 4) if rows is None else (rows, 1)
+    size = _bucket(len(rows), bits)
+    w = np.zeros(size)
+    w[: len(rows)] = 1.0  # padding rows (copies of row 0) have weight 0
+    if size > len(rows) or bits == 1:
         rows = np.concatenate([rows, np.zeros(size - len(rows), rows.dtype)])
         X, y = X[rows], y[rows]
     key = jax.random.wrap_key_data(key_data)
@@ -276,8 +282,7 @@ def _files(path):
     """The partition files of a directory (or a glob), sorted, of one supported format."""
     path = str(path)
     base = Path(path)
-    files = sorted(base.iterdir()) if base.is_dir() else sorted(Path().glob(path)) \
-        if any(c in path for c in "*?[") else []
+    files = sorted(base.iterdir()) if base.is_dir() else sorted(map(Path, glob.glob(path)))
     if not base.is_dir() and not files:
         raise ValueError(f"{path} is neither a directory nor a glob matching files")
     files = [f for f in files if f.is_file() and not f.name.startswith((".", "_"))]
@@ -614,7 +619,7 @@ def _client(client, n_workers, stack):
     if int(n_workers) != n_workers or n_workers < 1:
         raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
     cluster = stack.enter_context(LocalCluster(n_workers=int(n_workers), threads_per_worker=1,
-                                               processes=True, dashboard_address=None))
+                                               processes=True, dashboard_address=":0"))
     return stack.enter_context(Client(cluster))
 
 
