@@ -568,6 +568,10 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
             if loaded is not None:
                 carry, resume = loaded
             on_chunk = lambda c, h: _save_checkpoint(path, c, h, fp)
+        if devices is not None:  # replicated on the mesh, as the step returns it: one compile
+            replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            carry, X, y = jax.device_put((carry, X, y), replicated)
+            args = (static, inference, opt, hyper_every, X, y, mesh, n)
         to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
         carry, hist = run_steps(step, carry, args, to_model, max_iter=max_iter, tol=tol,
                                 chunk_size=chunk_size, window=window, callback=callback,
