@@ -611,7 +611,12 @@ def _mesh(devices):
 
 
 def _client(client, n_workers, stack):
-    from distributed import Client, LocalCluster
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ImportError("distributed.fit on a Dask cluster needs dask and distributed: "
+                          'pip install "augmentedgp[distributed]" (or pass devices= to shard '
+                          "over JAX devices)") from None
 
     if isinstance(client, Client):
         return client
