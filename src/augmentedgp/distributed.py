@@ -296,7 +296,6 @@ def _files(path):
 class _Data(NamedTuple):
     parts: list  # Delayed (or persisted Delayed) values of the prepared (X, y)
     counts: list  # rows per partition
-    names: list
 
 
 def _partitions(data, likelihood, d, target, features, n_partitions, persist, client,
@@ -348,7 +347,7 @@ def _partitions(data, likelihood, d, target, features, n_partitions, persist, cl
         parts = client.persist(parts)
     futures = client.compute([dask.delayed(_rows)(p) for p in parts])
     counts = _gather(client, futures, progress, "reading partitions")
-    return _Data(parts, [int(c) for c in counts], names)
+    return _Data(parts, [int(c) for c in counts])
 
 
 def _n_workers(client):
