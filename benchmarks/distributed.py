@@ -78,7 +78,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import augmentedgp as agp  # noqa: E402
-from augmentedgp import distributed  # noqa: E402
+from augmentedgp.training import distributed  # noqa: E402
 
 # the scheduler's HTTP server (dashboard off) moves off a busy port 8787 with a warning
 warnings.filterwarnings("ignore", "Port .* is already in use")
@@ -254,7 +254,7 @@ def partition_cost(root, repeats=5):
     """Item 4: one PART_ROWS-row partition's statistics in this process, and their size."""
     import equinox as eqx
 
-    from augmentedgp.params import partition_trainable
+    from augmentedgp.core.params import partition_trainable
 
     model = make_model()
     inference = agp.AnalyticVI()

@@ -441,7 +441,7 @@ def sweep_breakdown(prob: Problem, f_state, reps: int = 100):
     """ms per call of the two Gibbs steps at a posterior state: the auxiliary draw
     w ~ p(w | y, f) (``sample_aux``) and f ~ p(f | w, y) (the sampler's ``_draw_full``), each
     looped ``reps`` times inside one jitted call. Uses a private function of the sampler."""
-    from augmentedgp import gibbs as G
+    from augmentedgp.inference import gibbs as G
 
     X = jnp.asarray(prob.X)
     lik = prob.likelihood

@@ -90,7 +90,7 @@ import augmentedgp as agp  # noqa: E402
 try:  # re-exported from augmentedgp.likelihoods since fba474a; multilatent before that
     HeteroscedasticGaussian = agp.likelihoods.HeteroscedasticGaussian
 except AttributeError:
-    from augmentedgp.multilatent import HeteroscedasticGaussian
+    from augmentedgp.likelihoods import HeteroscedasticGaussian
 
 gpflow, tf = base.gpflow, base.tf
 tfp = None

@@ -79,7 +79,7 @@ from _report import fmt, markdown_table, ratio  # noqa: E402
 from _report import write_results as _write_section  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from augmentedgp import multilatent as _multilatent  # noqa: E402
+from augmentedgp import likelihoods as _multilatent  # noqa: E402
 
 
 def _pool_of_one_thread():

@@ -80,7 +80,7 @@ from _report import write_results as _write_section  # noqa: E402
 jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 import augmentedgp as agp  # noqa: E402  (enables float64 in JAX)
-from augmentedgp.params import Parameter, fixed, real  # noqa: E402
+from augmentedgp.core.params import Parameter, fixed, real  # noqa: E402
 from augmentedgp.variational import LowRankQ  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -189,7 +189,7 @@ def _diverged(history) -> str | None:
 # --- 1. Gaussian targets -------------------------------------------------------------------
 
 
-class GaussianTarget(agp.flow.Target):
+class GaussianTarget(agp.inference.flow.Target):
     """phi(x) = (x - mu)^T Lam (x - mu) / 2 (the arrays are fields, so one compiled program
     serves every target of the same dimension)."""
 
@@ -479,7 +479,7 @@ def run_numpyro_blr(guide_cls, lr, Xtr1, ytr, Xte1, yte, args):
 def bench_blr(args):
     Xtr, ytr, Xte, yte, desc = load_binary(args.blr_data, args.blr_train, args.blr_test,
                                            args.seed)
-    target = agp.bayesian.LogisticRegression(Xtr, ytr, prior_var=args.prior_var, intercept=True)
+    target = agp.contrib.bayesian.LogisticRegression(Xtr, ytr, prior_var=args.prior_var, intercept=True)
     D = target.dim
     key = jax.random.key(args.seed)
 
@@ -975,7 +975,7 @@ def report(args, res, total, load, vers) -> str:
                    if numpyro is not None else "numpyro: skipped (not installed).")
         lines += [
             "### 3. Bayesian logistic regression (thesis 4.5)", "",
-            "`target = agp.bayesian.LogisticRegression(X, y, prior_var="
+            "`target = agp.contrib.bayesian.LogisticRegression(X, y, prior_var="
             f"{args.prior_var:g}, intercept=True)`, `fit_gaussian(target, target.init(), "
             f"method, max_iter={args.blr_iters}, chunk_size={args.blr_chunk})`, minibatches of "
             f"{args.batch} (`batch_size`), D + 1 particles / samples for every library method; "

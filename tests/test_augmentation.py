@@ -23,7 +23,7 @@ from scipy.special import expit, gammaln
 import augmentedgp as agp  # noqa: F401  (enables float64)
 from augmentedgp import augmentation
 from augmentedgp import likelihoods as L
-from augmentedgp.params import Exp, Parameter
+from augmentedgp.core.params import Exp, Parameter
 
 LOG2 = math.log(2.0)
 

@@ -10,8 +10,8 @@ from conftest import load_shared
 from scipy import optimize
 
 import augmentedgp as agp
-from augmentedgp import bounds
-from augmentedgp.params import fixed, positive
+from augmentedgp.contrib import bounds
+from augmentedgp.core.params import fixed, positive
 
 
 def kl_inverse_reference(q, eps):

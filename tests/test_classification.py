@@ -21,9 +21,9 @@ from scipy import integrate
 from scipy.special import erf, expit, log_ndtr, ndtr
 
 import augmentedgp as agp
-from augmentedgp import linalg
-from augmentedgp.params import partition_trainable
-from augmentedgp.posterior import site_factors
+from augmentedgp.core import linalg
+from augmentedgp.core.params import partition_trainable
+from augmentedgp.core.linalg import site_factors
 
 FULL = os.environ.get("AGP_FULL_SLOW", "0") == "1"
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"

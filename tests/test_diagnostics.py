@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from augmentedgp import diagnostics as dg
+from augmentedgp.core import diagnostics as dg
 
 
 def ar1(rho, n_chains, n_draws, event_shape=(), seed=0):

@@ -29,8 +29,8 @@ from conftest import FULL
 from distributed import Client, LocalCluster
 
 import augmentedgp as agp
-from augmentedgp import distributed as dist
-from augmentedgp.params import fixed, partition_trainable, real
+from augmentedgp.training import distributed as dist
+from augmentedgp.core.params import fixed, partition_trainable, real
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -382,8 +382,8 @@ _DEVICES_SCRIPT = textwrap.dedent("""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     import jax, numpy as np
     import augmentedgp as agp
-    from augmentedgp import distributed as dist
-    from augmentedgp.params import fixed, real
+    from augmentedgp.training import distributed as dist
+    from augmentedgp.core.params import fixed, real
     sys.path.insert(0, sys.argv[1])
     from test_distributed import X, Y, Z, _max_diff
     X, Y = X[:239], Y[:239]  # not a multiple of 4: padded shards

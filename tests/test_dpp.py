@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import augmentedgp as agp
-from augmentedgp import dpp
-from augmentedgp.params import fixed, positive, real
+from augmentedgp.contrib import dpp
+from augmentedgp.core.params import fixed, positive, real
 
 
 def items(n, seed=0, d=2):

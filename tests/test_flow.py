@@ -46,7 +46,7 @@ from scipy.linalg import expm
 from scipy.stats import ortho_group
 
 import augmentedgp as agp
-from augmentedgp import flow
+from augmentedgp.inference import flow
 
 CHUNK = 100  # one scan length for every fit: its compiled chunk is reused
 LR = (0.1, 0.01)  # eta1 < 2 / max eig(Lambda) = 0.2; eta2 < 2 / (kappa + 1 / kappa) (the

@@ -58,7 +58,7 @@ from scipy import linalg as sla
 from scipy import optimize, special
 
 import augmentedgp as agp
-from augmentedgp.params import fixed, positive, real
+from augmentedgp.core.params import fixed, positive, real
 from augmentedgp.variational import CholeskyQ, LowRankQ
 
 LIK = agp.likelihoods
@@ -378,9 +378,9 @@ def test_particle_flow_multiclass_blocks_and_predictions():
     post = agp.fit(softmax_model(), XM, YM, advi, max_iter=50, chunk_size=50,
                    key=jax.random.key(0))
     m0 = softmax_model().bind(XM)
-    target = agp.flow.GPTarget(data=(jnp.arange(n), post.y), X=post.X,
+    target = agp.inference.flow_gp.GPTarget(data=(jnp.arange(n), post.y), X=post.X,
                                model=eqx.tree_at(lambda m: m.q, m0, None))
-    qa = agp.flow.fit_gaussian_target(target, jnp.zeros(n * C), advi, key=jax.random.key(0),
+    qa = agp.inference.flow.fit_gaussian_target(target, jnp.zeros(n * C), advi, key=jax.random.key(0),
                                       max_iter=50, chunk_size=50, learning_rate=0.01)[0]
     W = np.asarray(post.model.q.factor.value)
     assert W.shape == (C, n, n * C)
@@ -576,7 +576,7 @@ def blr():
     assert np.abs(Xy.T @ ((1.0 - sig) @ GH_W) - m / PRIOR_VAR).max() < 1e-5
     prec = (X * ((sig * (1.0 - sig)) @ GH_W)[:, None]).T @ X + np.eye(D) / PRIOR_VAR
     np.testing.assert_allclose(np.linalg.inv(prec), C, rtol=1e-4, atol=1e-6)
-    target = agp.bayesian.LogisticRegression(X, y, prior_var=PRIOR_VAR)
+    target = agp.contrib.bayesian.LogisticRegression(X, y, prior_var=PRIOR_VAR)
     return target, X, y, m, C, -res.fun
 
 
@@ -680,9 +680,9 @@ def test_blr_predictions_free_energy_and_labels(blr):
     np.testing.assert_allclose(phi, phi_np, rtol=1e-10)
     F = q.free_energy(target, jax.random.key(5), S)  # the same draws
     assert abs(F + elbo) < 4 * phi.std() / math.sqrt(S), (F, -elbo)
-    t01 = agp.bayesian.LogisticRegression(X, (y + 1) // 2, prior_var=PRIOR_VAR)
+    t01 = agp.contrib.bayesian.LogisticRegression(X, (y + 1) // 2, prior_var=PRIOR_VAR)
     np.testing.assert_array_equal(np.asarray(t01.data[1]), np.asarray(target.data[1]))
-    ti = agp.bayesian.LogisticRegression(X, y, intercept=True)
+    ti = agp.contrib.bayesian.LogisticRegression(X, y, intercept=True)
     assert ti.dim == X.shape[1] + 1 and np.all(np.asarray(ti.data[0])[:, -1] == 1.0)
 
 
@@ -707,7 +707,7 @@ def test_bayesian_mlp_layers_particle_flow():
     rng = np.random.default_rng(0)
     X, y = _xor(200, rng)
     Xt, yt = _xor(500, rng)
-    mlp = agp.bayesian.BayesianMLP(X, y, hidden=(8,))
+    mlp = agp.contrib.bayesian.BayesianMLP(X, y, hidden=(8,))
     blocks = mlp.layer_blocks()
     assert blocks == (2 * 8 + 8, 8 * 2 + 2) and mlp.dim == sum(blocks) == 42
     init = mlp.init(jax.random.key(0))
@@ -740,7 +740,7 @@ def test_flow_model_errors():
     latent functions, a batch larger than the data (ValueError)."""
     X = np.random.default_rng(0).normal(size=(10, 2))
     y = np.array([0, 1] * 5)
-    LR = agp.bayesian.LogisticRegression
+    LR = agp.contrib.bayesian.LogisticRegression
     with pytest.raises(ValueError, match="labels"):
         LR(X, np.array([0, 2] * 5))
     with pytest.raises(ValueError, match="shape"):
@@ -751,13 +751,13 @@ def test_flow_model_errors():
         with pytest.raises(ValueError, match="prior_var"):
             LR(X, y, prior_var=bad)
     with pytest.raises(ValueError, match="integer"):
-        agp.bayesian.BayesianMLP(X, y.astype(float))
+        agp.contrib.bayesian.BayesianMLP(X, y.astype(float))
     with pytest.raises(ValueError, match="integer"):
-        agp.bayesian.BayesianMLP(X, y - 1)
+        agp.contrib.bayesian.BayesianMLP(X, y - 1)
     with pytest.raises(ValueError, match="num_classes"):
-        agp.bayesian.BayesianMLP(X, y, num_classes=1)
+        agp.contrib.bayesian.BayesianMLP(X, y, num_classes=1)
     with pytest.raises(ValueError, match="prior_var"):
-        agp.bayesian.BayesianMLP(X, y, prior_var=0.0)
+        agp.contrib.bayesian.BayesianMLP(X, y, prior_var=0.0)
     # the shapes of the problems above (eager operations are compiled per shape)
     svgp = agp.SVGP(agp.kernels.RBF(fp(1.0), fp(2.0)), LIK.Logistic(), fixed(real(XC)))
     for method in (agp.ParticleFlow(), agp.GaussianFlow(), agp.ADVI(), agp.SVGD()):

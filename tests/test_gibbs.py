@@ -40,8 +40,8 @@ from conftest import FULL, elliptical_slice
 from scipy import integrate, special, stats
 
 import augmentedgp as agp
-from augmentedgp import diagnostics
-from augmentedgp.params import LogNormal, fixed, positive, real
+from augmentedgp.core import diagnostics
+from augmentedgp.core.params import LogNormal, fixed, positive, real
 
 LIK = agp.likelihoods
 Z_TOL = 4.5  # |z| bound for a single Monte Carlo comparison (two-sided p ~ 7e-6)

@@ -9,7 +9,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 import augmentedgp as agp
-from augmentedgp import inducing
+from augmentedgp.models import inducing
 
 K = agp.kernels
 

@@ -35,9 +35,9 @@ from scipy import integrate
 from scipy.special import digamma, expit, gammaln
 
 import augmentedgp as agp
-from augmentedgp import natgrad
+from augmentedgp.variational import natgrad
 from augmentedgp.inference import AnalyticVI
-from augmentedgp.params import fixed, positive, real
+from augmentedgp.core.params import fixed, positive, real
 from augmentedgp.variational import CholeskyQ, NaturalQ
 
 LIK = agp.likelihoods

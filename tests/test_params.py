@@ -10,7 +10,7 @@ import pytest
 import scipy.stats
 
 import augmentedgp as agp
-from augmentedgp import params as P
+from augmentedgp.core import params as P
 from augmentedgp.training import perturb
 
 POSITIVE_TRANSFORMS = [P.Softplus()] + ([P.Exp()] if hasattr(P, "Exp") else [])
@@ -120,7 +120,7 @@ def test_fixed_excludes_parameter_from_partition_trainable():
 
 
 def test_fixed_parameter_gets_no_gradient_and_is_not_optimised():
-    from augmentedgp.training import minimize
+    from augmentedgp.core.loop import minimize
 
     model = _model()
 

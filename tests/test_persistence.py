@@ -27,10 +27,11 @@ from jax.flatten_util import ravel_pytree
 
 import augmentedgp as agp
 from augmentedgp import persistence
-from augmentedgp.params import LogNormal, fixed, positive
+from augmentedgp.core.params import LogNormal, fixed, positive
 from augmentedgp.persistence import ModelFileError
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
-from augmentedgp.training import History, perturb
+from augmentedgp.core.loop import History
+from augmentedgp.training import perturb
 
 K = agp.kernels
 L = agp.likelihoods

@@ -27,8 +27,9 @@ from scipy.interpolate import RegularGridInterpolator  # noqa: E402
 from sklearn.calibration import calibration_curve as sk_calibration_curve  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from augmentedgp import diagnostics, plotting  # noqa: E402
-from augmentedgp.params import fixed, real  # noqa: E402
+from augmentedgp import plotting  # noqa: E402
+from augmentedgp.core import diagnostics  # noqa: E402
+from augmentedgp.core.params import fixed, real  # noqa: E402
 from augmentedgp.sklearn import GPRegressor  # noqa: E402
 
 RNG = np.random.default_rng(0)

@@ -21,7 +21,7 @@ import scipy.stats as st
 from conftest import FULL
 
 import augmentedgp  # noqa: F401  (float64)
-from augmentedgp import samplers as S
+from augmentedgp.augmentation import samplers as S
 
 N = 100_000
 P_MIN = 1e-3

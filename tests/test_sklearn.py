@@ -44,7 +44,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import augmentedgp as agp
 import augmentedgp.sklearn as agp_sklearn
 from augmentedgp import likelihoods as lik
-from augmentedgp import multilatent
+from augmentedgp import likelihoods
 from augmentedgp.inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 from augmentedgp.variational import CholeskyQ, NaturalQ

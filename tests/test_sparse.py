@@ -18,9 +18,9 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.stats import multivariate_normal
 
 import augmentedgp as agp
-from augmentedgp import natgrad
-from augmentedgp.params import fixed, positive, real
-from augmentedgp.quadrature import gauss_hermite
+from augmentedgp.variational import natgrad
+from augmentedgp.core.params import fixed, positive, real
+from augmentedgp.core.quadrature import gauss_hermite
 from augmentedgp.variational import CholeskyQ, NaturalQ, SiteQ, make_q
 
 S2 = 0.09

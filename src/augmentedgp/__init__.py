@@ -1,50 +1,75 @@
 """augmentedgp: Gaussian processes with non-Gaussian likelihoods, in JAX.
 
 Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to opt out).
+
+Layers, from the bottom (each imports only from those above it in this list):
+``core`` -> ``kernels`` -> ``augmentation`` -> ``likelihoods`` -> ``variational`` ->
+``models`` -> ``inference`` -> ``training`` -> front ends (``persistence``, ``datasets``,
+``sklearn``, ``plotting``, ``cli``) -> ``contrib`` -> ``testing``.
 """
 
-from . import (
+from augmentedgp import (
     _x64,  # noqa: F401  (must run before any array is created)
     augmentation,
-    bayesian,
-    bounds,
-    diagnostics,
-    dpp,
-    flow,
-    inducing,
+    contrib,
+    core,
+    datasets,
     inference,
     kernels,
     likelihoods,
-    linalg,
-    means,
-    natgrad,
-    params,
+    models,
     persistence,
-    samplers,
-    schedules,
+    training,
     variational,
 )
-from .errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
-from .fit import fit
-from .flow import ADVI, SVGD, GaussianFlow, ParticleFlow, VariationalGaussian, fit_gaussian
-from .gibbs import MCGP, GibbsSampling, MCPosterior, sample
-from .inference import EP, AnalyticSVI, AnalyticVI, Exact, Laplace, QuadratureSVI, QuadratureVI
-from .models import GP
-from .persistence import load, save
-from .posterior import SitePosterior
-from .sparse import SGPR, SVGP, VGP, SparsePosterior
-from .training import History
+from augmentedgp.core import diagnostics, linalg, params
+from augmentedgp.core.errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
+from augmentedgp.core.loop import History
+from augmentedgp.core.version import __version__
+from augmentedgp.inference import (
+    ADVI,
+    SVGD,
+    AnalyticSVI,
+    AnalyticVI,
+    GaussianFlow,
+    GibbsSampling,
+    ParticleFlow,
+    QuadratureSVI,
+    QuadratureVI,
+    VariationalGaussian,
+    fit_gaussian,
+    sample,
+)
+from augmentedgp.kernels import means
+from augmentedgp.models import (
+    EP,
+    GP,
+    MCGP,
+    SGPR,
+    SVGP,
+    VGP,
+    Exact,
+    Laplace,
+    MCPosterior,
+    SitePosterior,
+    SparsePosterior,
+    inducing,
+)
+from augmentedgp.persistence import load, save
+from augmentedgp.training import fit
+from augmentedgp.variational import schedules
 
-__version__ = "0.1.0"
+_LAZY = {"sklearn": "augmentedgp.sklearn", "plotting": "augmentedgp.plotting",
+         "distributed": "augmentedgp.training.distributed", "testing": "augmentedgp.testing"}
 
 
 def __getattr__(name):
-    """``agp.sklearn``, ``agp.plotting`` and ``agp.distributed`` load on first use (they
-    import scikit-learn estimator machinery, matplotlib and Dask)."""
-    if name in ("sklearn", "plotting", "distributed"):
+    """``agp.sklearn``, ``agp.plotting``, ``agp.distributed`` and ``agp.testing`` load on
+    first use (they import scikit-learn, matplotlib, Dask and the test oracles)."""
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(_LAZY[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -52,11 +77,9 @@ __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
-    "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load", "augmentation",
-    "diagnostics", "distributed", "dpp", "flow", "inducing", "kernels", "likelihoods", "means",
-    "natgrad",
-    "inference",
-    "linalg", "bayesian", "bounds", "params", "persistence", "plotting", "samplers", "schedules",
-    "sklearn", "variational",
-    "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
+    "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load",
+    "core", "kernels", "means", "augmentation", "likelihoods", "variational", "models",
+    "inference", "training", "contrib", "datasets", "persistence", "diagnostics", "linalg",
+    "params", "inducing", "schedules", "sklearn", "plotting", "distributed", "testing",
+    "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError", "__version__",
 ]

@@ -16,21 +16,27 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from augmentedgp import inference, kernels, likelihoods
+from augmentedgp.contrib import bayesian
+from augmentedgp.core import params
+from augmentedgp.core.version import __version__
+from augmentedgp.models import GP, MCGP, SVGP, inducing
+from augmentedgp.training import fit as fit_model
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Gaussian processes with non-Gaussian likelihoods (augmentedgp).")
 console = Console()
 
 
 def _regression_demo(seed: int):
-    import augmentedgp as agp
     from augmentedgp.datasets import Standardizer, load, train_test_split
 
     data = load("yacht")
     Xtr, ytr, Xte, yte = train_test_split(data["X"], data["y"], 0.2, seed)
     sx, sy = Standardizer(Xtr), Standardizer(ytr)
-    model = agp.GP(agp.kernels.RBF(lengthscale=np.ones(Xtr.shape[1])), noise=0.1)
+    model = GP(kernels.RBF(lengthscale=np.ones(Xtr.shape[1])), noise=0.1)
     t0 = time.perf_counter()
-    post = agp.fit(model, sx.transform(Xtr), sy.transform(ytr))
+    post = fit_model(model, sx.transform(Xtr), sy.transform(ytr))
     secs = time.perf_counter() - t0
     mean, var = post.predict_y(sx.transform(Xte))
     mean = sy.inverse(np.asarray(mean))
@@ -43,13 +49,12 @@ def _regression_demo(seed: int):
 
 
 def _classification_demo(seed: int):
-    import augmentedgp as agp
     from augmentedgp.datasets import load
 
     data = load("a9a_small")
-    model = agp.GP(agp.kernels.RBF(lengthscale=4.0, variance=2.0), agp.likelihoods.Logistic())
+    model = GP(kernels.RBF(lengthscale=4.0, variance=2.0), likelihoods.Logistic())
     t0 = time.perf_counter()
-    post = agp.fit(model, data["X_train"], data["y_train"], agp.Laplace())
+    post = fit_model(model, data["X_train"], data["y_train"], inference.Laplace())
     secs = time.perf_counter() - t0
     p = np.asarray(post.predict_proba(data["X_test"]))
     yte = data["y_test"]
@@ -64,17 +69,16 @@ def _classification_demo(seed: int):
 def _augmented_demo(seed: int):
     import jax
 
-    import augmentedgp as agp
     from augmentedgp.datasets import load
 
     data = load("a9a_small")
     X, y = data["X_train"], data["y_train"]
     key = jax.random.key(seed)
-    Z = agp.params.fixed(agp.params.real(agp.inducing.kmeans(X, 50, key), "inducing"))
-    model = agp.SVGP(agp.kernels.RBF(lengthscale=4.0, variance=2.0), agp.likelihoods.Logistic(),
+    Z = params.fixed(params.real(inducing.kmeans(X, 50, key), "inducing"))
+    model = SVGP(kernels.RBF(lengthscale=4.0, variance=2.0), likelihoods.Logistic(),
                      Z, q="natural_whitened")
     t0 = time.perf_counter()
-    post = agp.fit(model, X, y, agp.AnalyticSVI(batch_size=100), max_iter=1000, key=key)
+    post = fit_model(model, X, y, inference.AnalyticSVI(batch_size=100), max_iter=1000, key=key)
     secs = time.perf_counter() - t0
     p = np.asarray(post.predict_proba(data["X_test"]))
     yte = data["y_test"]
@@ -90,7 +94,6 @@ def _augmented_demo(seed: int):
 def _gibbs_demo(seed: int):
     import jax
 
-    import augmentedgp as agp
     from augmentedgp.datasets import Standardizer, load, train_test_split
 
     data = load("yacht")
@@ -98,11 +101,11 @@ def _gibbs_demo(seed: int):
     sx, sy = Standardizer(Xtr), Standardizer(ytr)
     Xtr, Xte, ytr = sx.transform(Xtr), sx.transform(Xte), sy.transform(ytr)
     t0 = time.perf_counter()
-    gp = agp.fit(agp.GP(agp.kernels.RBF(lengthscale=np.ones(Xtr.shape[1])), noise=0.1), Xtr, ytr)
+    gp = fit_model(GP(kernels.RBF(lengthscale=np.ones(Xtr.shape[1])), noise=0.1), Xtr, ytr)
     noise_sd = float(np.sqrt(gp.likelihood.variance.value))
-    model = agp.MCGP(gp.kernel, agp.likelihoods.StudentT(df=4.0, scale=noise_sd))
-    settings = agp.inference.GibbsSampling(n_samples=500, n_chains=4, burn_in=100)
-    chain = agp.sample(model, Xtr, ytr, settings, key=jax.random.key(seed))
+    model = MCGP(gp.kernel, likelihoods.StudentT(df=4.0, scale=noise_sd))
+    settings = inference.GibbsSampling(n_samples=500, n_chains=4, burn_in=100)
+    chain = inference.sample(model, Xtr, ytr, settings, key=jax.random.key(seed))
     secs = time.perf_counter() - t0
     mean = sy.inverse(np.asarray(chain.predict_y(Xte)[0]))
     nll = float(-np.mean(chain.predict_log_density(Xte, sy.transform(yte))) + np.log(sy.scale))
@@ -117,17 +120,16 @@ def _gibbs_demo(seed: int):
 def _flow_demo(seed: int):
     import jax
 
-    import augmentedgp as agp
     from augmentedgp.datasets import load
 
     data = load("a9a_small")
-    target = agp.bayesian.LogisticRegression(data["X_train"], data["y_train"], prior_var=10.0,
+    target = bayesian.LogisticRegression(data["X_train"], data["y_train"], prior_var=10.0,
                                              intercept=True)
-    method = agp.ParticleFlow(n_particles=20, learning_rate=1e-3, optimizer="rmsprop",
+    method = inference.ParticleFlow(n_particles=20, learning_rate=1e-3, optimizer="rmsprop",
                               batch_size=100)
     key = jax.random.key(seed)
     t0 = time.perf_counter()
-    q = agp.fit_gaussian(target, target.init(), method, key=key, max_iter=2000)
+    q = inference.fit_gaussian(target, target.init(), method, key=key, max_iter=2000)
     secs = time.perf_counter() - t0
     p = np.asarray(target.predict_proba(q, data["X_test"], key))
     yte = data["y_test"] == 1
@@ -158,8 +160,8 @@ def _fail(message: str, code: int):
 
 def _run(fn):
     """Run a command body, mapping library errors to messages and exit codes."""
-    from .errors import AugmentedGPError
-    from .persistence import ModelFileError
+    from augmentedgp.core.errors import AugmentedGPError
+    from augmentedgp.persistence import ModelFileError
 
     try:
         return fn()
@@ -243,8 +245,8 @@ def _target(frame, target, path, numeric):
 
 
 def _load_estimator(model_dir: Path):
-    from . import persistence
-    from .sklearn import GPClassifier, GPCountRegressor, GPRegressor
+    from augmentedgp import persistence
+    from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 
     est = persistence.load(model_dir)
     if not isinstance(est, GPRegressor | GPClassifier | GPCountRegressor):
@@ -256,7 +258,7 @@ def _load_estimator(model_dir: Path):
 def _predictions(est, X, level: float):
     import pandas as pd
 
-    from .sklearn import GPClassifier
+    from augmentedgp.sklearn import GPClassifier
 
     if isinstance(est, GPClassifier):
         proba = est.predict_proba(X)
@@ -317,7 +319,7 @@ def demo(seed: int = typer.Option(0, help="seed of the train/test split"),
     if not no_plot and _plot_available():
         import matplotlib.pyplot as plt
 
-        from . import plotting
+        from augmentedgp import plotting
 
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
         plotting.calibration(artefacts["y_test"], artefacts["proba"], ax=ax1)
@@ -334,7 +336,7 @@ def _dataset_frames():
     """The built-in datasets as named DataFrames: (file stem, frame, target column, task)."""
     import pandas as pd
 
-    from .datasets import load
+    from augmentedgp.datasets import load
 
     yacht = load("yacht")
     frame = pd.DataFrame(yacht["X"], columns=[str(c) for c in yacht["feature_names"]])
@@ -379,8 +381,8 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
         seed: int = typer.Option(0, help="seed of the inducing points and minibatches"),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar")):
     """Fit a GP model to a table and save it to a model directory."""
-    from . import persistence
-    from .sklearn import GPClassifier, GPCountRegressor, GPRegressor
+    from augmentedgp import persistence
+    from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 
     def body():
         if likelihood not in REGRESSION + CLASSIFICATION + COUNTS:
@@ -440,8 +442,8 @@ def evaluation_metrics(est, X, y, level: float = 0.95) -> dict:
     negative log predictive density and interval coverage for regressors."""
     from sklearn import metrics as skm
 
-    from .plotting import calibration_curve
-    from .sklearn import GPClassifier, GPCountRegressor
+    from augmentedgp.plotting import calibration_curve
+    from augmentedgp.sklearn import GPClassifier, GPCountRegressor
 
     if isinstance(est, GPClassifier):
         unknown = sorted(set(np.unique(y).tolist()) - set(est.classes_.tolist()))
@@ -480,7 +482,7 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
              level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
     """Held-out metrics and a calibration plot (reliability diagram for classifiers,
     interval coverage for regressors)."""
-    from .sklearn import GPClassifier
+    from augmentedgp.sklearn import GPClassifier
 
     def body():
         if not 0.0 < level < 1.0:
@@ -500,7 +502,7 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
         if not no_plot and _plot_available():
             import matplotlib.pyplot as plt
 
-            from . import plotting
+            from augmentedgp import plotting
 
             if classifier:
                 proba = est.predict_proba(X)
@@ -520,9 +522,8 @@ def info():
     """Versions, JAX backend and dtype."""
     import jax
 
-    import augmentedgp as agp
 
-    console.print(f"augmentedgp {agp.__version__}, jax {jax.__version__}, "
+    console.print(f"augmentedgp {__version__}, jax {jax.__version__}, "
                   f"backend {jax.default_backend()}, x64 {jax.config.jax_enable_x64}")
 
 

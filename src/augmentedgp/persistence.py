@@ -33,22 +33,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import AugmentedGPError
+from augmentedgp.core.errors import AugmentedGPError
 
 FORMAT = "augmentedgp-model"
 FORMAT_VERSION = 1
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"
 _PACKAGE = __package__  # "augmentedgp"
+from augmentedgp.core.version import __version__
 
 
 class ModelFileError(AugmentedGPError, ValueError):
     """A model directory is missing, corrupted, or written by an incompatible version."""
-
-
-def _version():
-    from . import __version__
-
-    return __version__
 
 
 def _compatible(saved: str, current: str) -> bool:
@@ -141,7 +136,7 @@ def _resolve(name: str):
             obj = getattr(obj, part)
     except (ImportError, AttributeError):
         raise ModelFileError(f"the model file refers to {name.replace(':', '.')}, which this "
-                             f"version of augmentedgp ({_version()}) does not have") from None
+                             f"version of augmentedgp ({__version__}) does not have") from None
     if not isinstance(obj, type):
         raise ModelFileError(f"the model file refers to {name}, which is not a class")
     if (obj.__module__, obj.__qualname__) != (module, qualname):
@@ -250,7 +245,7 @@ def save(obj, path) -> Path:
     np.savez(buf, **enc.arrays)
     data = buf.getvalue()
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "library_version": _version(),
+        "format": FORMAT, "format_version": FORMAT_VERSION, "library_version": __version__,
         "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **_describe(obj),
         "arrays": {"file": ARRAYS, "sha256": hashlib.sha256(data).hexdigest(),
@@ -285,10 +280,10 @@ def read_manifest(path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModelFileError(f"{file} is not an augmentedgp model manifest")
     fmt, saved = manifest.get("format_version"), str(manifest.get("library_version"))
-    if fmt != FORMAT_VERSION or not _compatible(saved, _version()):
+    if fmt != FORMAT_VERSION or not _compatible(saved, __version__):
         raise ModelFileError(
             f"{path} was saved by augmentedgp {saved} (model format {fmt}); this is augmentedgp "
-            f"{_version()} (model format {FORMAT_VERSION}), which cannot read it. Load it with "
+            f"{__version__} (model format {FORMAT_VERSION}), which cannot read it. Load it with "
             f"augmentedgp {'.'.join(saved.split('.')[:2])}.x or refit the model.")
     for key in ("tree", "arrays"):
         if key not in manifest:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from . import diagnostics
-from .validation import check_finite
+from augmentedgp.core import diagnostics
+from augmentedgp.core.validation import check_finite
 
 __all__ = ["posterior_1d", "proba_2d", "history", "calibration_curve", "calibration",
            "interval_coverage", "interval_calibration", "trace", "autocorrelation"]
@@ -86,7 +86,7 @@ def _level(level):
 
 def _inducing_inputs(post):
     """Inducing inputs (M, d) of a sparse model, or None (full models; a VGP's are its data)."""
-    from .sparse import VGP
+    from augmentedgp.models.sparse import VGP
 
     model = getattr(post, "model", None)
     Z = getattr(model, "inducing", None)

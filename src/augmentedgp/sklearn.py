@@ -23,18 +23,18 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import inducing as _inducing
-from . import kernels as _kernels
-from . import likelihoods as _lik
-from . import multilatent as _multi
-from .augmentation import Augmented
-from .datasets import Standardizer
-from .fit import fit as _fit
-from .inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
-from .models import GP
-from .params import fixed, positive
-from .quadrature import _nodes as hermite_nodes
-from .sparse import SGPR, SVGP, VGP
+from augmentedgp import kernels as _kernels
+from augmentedgp import likelihoods as _lik
+from augmentedgp import likelihoods as _multi
+from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.core.params import fixed, positive
+from augmentedgp.core.quadrature import hermite_nodes
+from augmentedgp.datasets import Standardizer
+from augmentedgp.inference.vi import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
+from augmentedgp.models import inducing as _inducing
+from augmentedgp.models.gp import GP
+from augmentedgp.models.sparse import SGPR, SVGP, VGP
+from augmentedgp.training.fit import fit as _fit
 
 KERNELS = {"rbf": _kernels.RBF, "matern12": _kernels.Matern12, "matern32": _kernels.Matern32,
            "matern52": _kernels.Matern52, "rq": _kernels.RationalQuadratic}

@@ -1,0 +1,278 @@
+"""The one training loop: minimise an objective over a model's trainable parameters.
+
+Gradient optimisers (optax) run jitted steps inside ``lax.scan`` chunks; between chunks
+the loop records history, checks convergence and non-finite values, reports progress
+and calls callbacks. ``"lbfgs"`` drives scipy's L-BFGS-B with jitted JAX gradients.
+A step that makes the objective non-finite never loses work: the loop stops and returns
+the last finite state, with the reason in ``History.message``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import warnings
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import scipy.optimize
+from jax import lax
+from jax.flatten_util import ravel_pytree
+
+from augmentedgp.core.params import partition_trainable
+
+
+@dataclasses.dataclass(eq=False)
+class History:
+    """Per iteration: objective, cumulative wall time (s) and natural-gradient step size
+    (NaN where none); per chunk: the held-out metric if one was monitored; how it ended."""
+
+    objective: np.ndarray
+    wall_time: np.ndarray
+    converged: bool = False
+    message: str = ""
+    restarts: list = dataclasses.field(default_factory=list)
+    step_size: np.ndarray | None = None
+    validation: np.ndarray | None = None
+
+    @property
+    def n_iter(self) -> int:
+        return int(self.objective.shape[0])
+
+
+def _relative_change(values, window):
+    if len(values) < 2 * window:
+        return np.inf
+    recent, before = np.mean(values[-window:]), np.mean(values[-2 * window : -window])
+    return abs(recent - before) / (abs(before) + 1.0)
+
+
+def minimize(
+    loss: Callable,
+    model,
+    *args,
+    optimizer: str | optax.GradientTransformation = "lbfgs",
+    max_iter: int = 1000,
+    learning_rate: float = 0.05,
+    tol: float = 1e-9,
+    chunk_size: int = 50,
+    window: int = 20,
+    callback: Callable | None = None,
+    verbose: bool = False,
+):
+    """Minimise ``loss(model, *args)`` over the model's trainable parameters.
+
+    ``loss`` should be a module-level function and ``args`` its data (arrays, inference
+    objects): compiled steps are then cached across calls and restarts. Returns
+    ``(model, History)``. ``optimizer`` is ``"lbfgs"``, ``"adam"`` or any optax
+    GradientTransformation. ``callback(iteration, objective, model)`` runs between chunks
+    (every L-BFGS iteration) and may return True to stop.
+    """
+    if max_iter < 0:
+        raise ValueError(f"max_iter must be >= 0, got {max_iter}")
+    params, static = partition_trainable(model)
+    if not jax.tree_util.tree_leaves(params) or max_iter == 0:
+        value = float(_value(params, static, loss, args))
+        return model, History(np.array([value]), np.zeros(1), True, "nothing to optimise")
+    if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
+        return _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose)
+    opt = optax_optimizer(optimizer, learning_rate)
+    carry, hist = run_steps(_optax_step, (params, opt.init(params)), (static, loss, args, opt),
+                            lambda c: eqx.combine(c[0], static), max_iter=max_iter, tol=tol,
+                            chunk_size=chunk_size, window=window, callback=callback,
+                            verbose=verbose)
+    return eqx.combine(carry[0], static), hist
+
+
+def optax_optimizer(optimizer, learning_rate):
+    """"adam" (at ``learning_rate``) or an optax GradientTransformation."""
+    if isinstance(optimizer, str):
+        if optimizer.lower() != "adam":
+            raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax transformation, "
+                             f"got {optimizer!r}")
+        return _adam(learning_rate)
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(f"optimizer must be 'adam' or an optax transformation, got {optimizer!r}")
+    return optimizer
+
+
+@functools.lru_cache(maxsize=32)
+def _adam(learning_rate):
+    return optax.adam(learning_rate)  # one object per rate, so compiled chunks are reused
+
+
+@eqx.filter_jit
+def _value(params, static, loss, args):
+    return loss(eqx.combine(params, static), *args)
+
+
+@eqx.filter_jit
+def _value_and_grad(params, static, loss, args):
+    return jax.value_and_grad(lambda p: loss(eqx.combine(p, static), *args))(params)
+
+
+def _optax_step(carry, args):
+    (p, state), (static, loss, loss_args, opt) = carry, args
+    value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *loss_args))(p)
+    updates, state = opt.update(grad, state, p)
+    return (optax.apply_updates(p, updates), state), (value, jnp.nan)
+
+
+@eqx.filter_jit
+def _run_chunk(step, carry, args, length):
+    return lax.scan(lambda c, _: step(c, args), carry, None, length=length)
+
+
+def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int, tol: float,
+              chunk_size: int = 50, window: int = 20, callback: Callable | None = None,
+              verbose: bool = False, monitor: Callable | None = None, patience: int = 5,
+              runner: Callable | None = None, on_chunk: Callable | None = None,
+              resume: tuple | None = None):
+    """The training loop. ``step(carry, args) -> (carry, (objective, step_size))`` is a
+    module-level function, run jitted in ``lax.scan`` chunks of ``chunk_size``; between
+    chunks: history, non-finite rollback (the last finite state is kept), progress,
+    ``callback(iteration, objective, model)`` (True stops) and convergence, which is the
+    relative change of the mean objective over two ``window``s below ``tol`` or, with
+    ``monitor(model) -> float`` (lower is better, e.g. a held-out NLPD), no improvement of
+    the monitored value for ``patience`` chunks (the best monitored state is returned).
+    Returns ``(carry, History)``.
+
+    ``runner(step, carry, args, length)`` replaces the compiled chunk (a driver loop whose
+    steps leave the process, :mod:`augmentedgp.distributed`); ``on_chunk(carry, (values,
+    step_sizes, times))`` runs after every finite chunk (checkpoints), and ``resume`` =
+    those three lists continues a run that stopped there: it then ends as the uninterrupted
+    run would (same chunk boundaries, same convergence test).
+    """
+    run_chunk = _run_chunk if runner is None else runner
+    values, sizes, times = ([], [], []) if resume is None else map(list, resume)
+    monitored = []
+    message, converged = "max_iter reached", False
+    best = (np.inf, carry, 0)
+    prev = None  # (carry at the start of the last chunk, its length): the rollback point
+    start = time.perf_counter() - (times[-1] if times else 0.0)
+    report = progress(verbose, max_iter)
+    while len(values) < max_iter:
+        length = min(chunk_size, max_iter - len(values))
+        new_carry, (chunk, rho) = run_chunk(step, carry, args, length)
+        chunk = np.asarray(chunk)
+        bad = ~np.isfinite(chunk)
+        if bad.any():  # keep the last finite state, never return NaN parameters
+            # chunk[j] is the objective *before* update j, so the state after k - 1 updates
+            # is the last one with a finite objective
+            k = int(np.argmax(bad))
+            if k == 0 and not values:
+                raise ValueError("the objective is not finite at the initial parameters; check "
+                                 "the data and the initial hyperparameters")
+            message = f"stopped: objective became non-finite at iteration {len(values) + k}"
+            warnings.warn(message + "; returning the last finite state (lower the learning rate "
+                          "or standardise the data)", RuntimeWarning, stacklevel=3)
+            if k > 1:
+                carry, _ = run_chunk(step, carry, args, k - 1)
+            elif k == 0:  # this chunk's start came from the previous chunk's last update
+                if prev is None:
+                    raise ValueError("the objective is not finite at the resumed state")
+                prev_carry, prev_length = prev
+                carry = (prev_carry if prev_length == 1
+                         else run_chunk(step, prev_carry, args, prev_length - 1)[0])
+            values.extend(chunk[:k].tolist())
+            sizes.extend(np.asarray(rho)[:k].tolist())
+            times.extend([time.perf_counter() - start] * k)
+            break
+        prev, carry = (carry, length), new_carry
+        values.extend(chunk.tolist())
+        sizes.extend(np.asarray(rho).tolist())
+        times.extend([time.perf_counter() - start] * length)
+        if on_chunk is not None:
+            on_chunk(carry, (values, sizes, times))
+        report(len(values), values[-1])
+        if callback is not None and callback(len(values), values[-1], to_model(carry)):
+            message = "stopped by callback"
+            break
+        if monitor is not None:
+            monitored.append(float(monitor(to_model(carry))))
+            if monitored[-1] < best[0]:
+                best = (monitored[-1], carry, len(monitored))
+            elif len(monitored) - best[2] >= patience:
+                carry, converged = best[1], True
+                message = (f"converged (held-out metric did not improve for {patience} chunks; "
+                           f"best state after chunk {best[2]} kept)")
+                break
+        elif _relative_change(values, window) < tol:
+            message, converged = "converged (relative change of the objective below tol)", True
+            break
+    report(None, None)
+    hist = History(np.array(values), np.array(times), converged, message, step_size=np.array(sizes),
+                   validation=np.array(monitored) if monitor is not None else None)
+    return carry, hist
+
+
+def progress(verbose, total, description="training"):
+    """A rich progress bar (verbose=True) updated between chunks or iterations; a no-op
+    otherwise. ``update(None, None)`` closes it."""
+    if not verbose:
+        return lambda i, value=None: None
+    from rich.progress import Progress
+
+    bar = Progress(*Progress.get_default_columns(), "[cyan]{task.fields[objective]}")
+    task = bar.add_task(description, total=total, objective="")
+    bar.start()
+
+    def update(i, value=None):
+        if i is None:  # done (possibly early, at convergence)
+            bar.update(task, total=bar.tasks[0].completed or total)
+            bar.stop()
+        else:
+            bar.update(task, completed=i,
+                       objective="" if value is None else f"objective {value: .6e}")
+
+    return update
+
+
+def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose):
+    flat0, unravel = ravel_pytree(params)
+    best = {"x": np.asarray(flat0), "f": np.inf}
+
+    def fun(x):
+        f, g = _value_and_grad(unravel(jnp.asarray(x)), static, loss, args)
+        f, g = float(f), np.asarray(ravel_pytree(g)[0], dtype=float)
+        if not np.isfinite(f) or not np.all(np.isfinite(g)):
+            return np.inf, np.zeros_like(g)  # line search backs off
+        if f < best["f"]:
+            best.update(x=np.array(x), f=f)
+        return f, g
+
+    values, times, start = [], [], time.perf_counter()
+    stop = {"flag": False}
+    report = progress(verbose, max_iter, "L-BFGS")
+
+    def on_iter(intermediate_result):
+        values.append(float(intermediate_result.fun))
+        times.append(time.perf_counter() - start)
+        report(len(values), values[-1])
+        x_now = jnp.asarray(intermediate_result.x)
+        if callback is not None and callback(len(values), values[-1],
+                                             eqx.combine(unravel(x_now), static)):
+            stop["flag"] = True
+            raise StopIteration
+
+    f0, _ = fun(best["x"])
+    if not np.isfinite(f0):
+        raise ValueError("the objective is not finite at the initial parameters; check the data "
+                         "and the initial hyperparameters")
+    try:
+        res = scipy.optimize.minimize(fun, best["x"], jac=True, method="L-BFGS-B",
+                                      callback=on_iter,
+                                      options={"maxiter": max_iter, "ftol": tol, "gtol": 1e-8})
+    finally:
+        report(None, None)
+    x = res.x if np.isfinite(res.fun) and res.fun <= best["f"] else best["x"]
+    if not values:
+        values, times = [float(best["f"])], [time.perf_counter() - start]
+    message = "stopped by callback" if stop["flag"] else str(res.message)
+    hist = History(np.array(values), np.array(times), bool(res.success), message)
+    return eqx.combine(unravel(jnp.asarray(x)), static), hist

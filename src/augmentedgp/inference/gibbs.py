@@ -1,0 +1,278 @@
+"""Augmented blocked Gibbs sampling (thesis ch. 5 Algorithm 2; ch. 4 section 4.3 and 7.4
+Algorithm 4 for multi-class; 7.2 Algorithm 2 for the heteroscedastic model; 7.5 Algorithm 6
+for inducing points).
+
+Given its auxiliary variables w, every augmented likelihood is a Gaussian site on f with
+log-potential beta f - gamma f^2 / 2: the natural parameters of AnalyticVI with a draw of w
+in place of E[w]. One sweep of the sampler is
+
+1. w ~ p(w | y, f)                                        (``likelihood.sample_aux``);
+2. f ~ p(f | w, y) = N(S (K^-1 m + beta), S), S = (K^-1 + G)^-1, G = diag(gamma)
+   (``likelihood.sites``).
+
+Step 2 is drawn by Matheron's rule with the pseudo-targets beta / gamma and noise 1 / gamma:
+f = f0 + K s B^-1 (beta / s - s f0 - e), f0 ~ N(m, K), e ~ N(0, I), s = sqrt(gamma) and
+B = I + s K s (Rasmussen & Williams eq. 3.26): one n x n Cholesky per sweep and no inverse of
+gamma, K or B. With inducing points Z (the variational Gibbs sampler of thesis 7.5 with
+alpha = 0) step 2 draws u from the Titsias-optimal q(u) for the site, whitened
+v = Lmm^-1 u ~ N(P^-1 A (beta - G m), P^-1) with P = I + A G A^T, A = Lmm^-1 Kmn, then
+f_i ~ p(f_i | u) independently: O(n M^2) per sweep, a sampler of that approximation rather
+than of the exact posterior (with Z = X it is the exact sampler).
+
+Several latent functions (multi-class, heteroscedastic) get one GP each. When they are
+independent given w (logistic-softmax) they are drawn together after one draw of w; the
+heteroscedastic likelihood sets ``gibbs_joint = False`` and the latents are then swept in
+turn, w redrawn before each (f | g is collapsed over w, as the thesis' algorithm requires).
+
+Optional hyperparameter moves (``GibbsSampling(hyper_every=k)``, full sampler): every k
+sweeps one random-walk Metropolis step on the unconstrained values of all trainable
+parameters (kernel, mean, likelihood), under their priors, with the whitened latent
+v = L^-1 (f - m) held fixed (Murray & Adams 2010): the proposal moves f = m + L v with the
+kernel, and the acceptance ratio is that of p(y | f) p(theta), w (integrated out) being
+redrawn at the next sweep.
+
+Chains run in parallel: ``vmap`` on accelerators, a compiled ``lax.map`` on CPU (see
+``variational.map_latents`` for the batched-LAPACK deadlock that vmap triggers there).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.flatten_util import ravel_pytree
+
+from augmentedgp.core import linalg
+from augmentedgp.core.linalg import site_alpha
+from augmentedgp.core.loop import progress
+from augmentedgp.core.params import log_prior, parameters, partition_trainable
+from augmentedgp.models.mcgp import MCGP, FullPrior, MCPosterior, SparsePrior
+from augmentedgp.variational.families import map_latents
+
+
+class GibbsSampling(eqx.Module):
+    """Blocked Gibbs sampling of an :class:`MCGP`: ``n_chains`` chains, each ``burn_in``
+    discarded sweeps then ``n_samples`` kept samples, one every ``thin`` sweeps.
+    ``store_aux`` also keeps the auxiliary draws w (as the likelihood's ``sample_aux``
+    returns them).
+
+    ``hyper_every = k > 0`` adds a random-walk Metropolis move on the hyperparameters after
+    every k-th sweep (see the module docstring), with proposal sd ``hyper_step`` on the
+    unconstrained scale; every trainable parameter needs a prior (``params.with_prior``)
+    or must be fixed (``params.fixed``)."""
+
+    n_samples: int = eqx.field(static=True, default=1000)
+    n_chains: int = eqx.field(static=True, default=4)
+    burn_in: int = eqx.field(static=True, default=200)
+    thin: int = eqx.field(static=True, default=1)
+    store_aux: bool = eqx.field(static=True, default=False)
+    hyper_every: int = eqx.field(static=True, default=0)
+    hyper_step: float = eqx.field(static=True, default=0.05)
+
+    def __post_init__(self):
+        for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
+                          ("hyper_every", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or int(v) != v or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+            object.__setattr__(self, name, int(v))  # static: a plain int (6.0, np.int64(6))
+        if not (math.isfinite(self.hyper_step) and self.hyper_step > 0):
+            raise ValueError(f"hyper_step must be > 0, got {self.hyper_step!r}")
+
+
+def _draw_full(key, prior: FullPrior, beta, gamma):
+    """(f, v) with f ~ N(S (K^-1 m + beta), S), S = (K^-1 + diag gamma)^-1, by Matheron's
+    rule (module docstring), and v = L^-1 (f - m) its whitened value."""
+    n = prior.m0.shape[0]
+    e = jax.random.normal(key, (2, n), prior.K.dtype)
+    f0 = prior.m0 + prior.L @ e[0]
+    s = jnp.sqrt(gamma)  # B = I + s K s has eigenvalues >= 1: no jitter needed
+    LB = jnp.linalg.cholesky(jnp.eye(n, dtype=prior.K.dtype) + s[:, None] * prior.K * s)
+    f = f0 + prior.K @ site_alpha(s, LB, beta - gamma * f0 - s * e[1])
+    return f, linalg.solve_lower(prior.L, f - prior.m0)
+
+
+def _draw_sparse(key, prior: SparsePrior, beta, gamma):
+    """(f, v): v ~ q*(v) for the site (Titsias-optimal, whitened), f_i ~ p(f_i | u)."""
+    A = prior.A
+    M, n = A.shape
+    k1, k2 = jax.random.split(key)
+    e1, e2 = jax.random.normal(k1, (M,), A.dtype), jax.random.normal(k2, (n,), A.dtype)
+    R = jnp.linalg.cholesky(jnp.eye(M, dtype=A.dtype) + (A * gamma) @ A.T)  # >= I
+    v = linalg.cho_solve(R, A @ (beta - gamma * prior.m0)) + linalg.solve_upper_t(R, e1)
+    return prior.m0 + A.T @ v + jnp.sqrt(prior.resid) * e2, v
+
+
+def _sweep(key, F, likelihood, y, priors, per_latent, draw):
+    """One Gibbs sweep from F ((n,) or (n, C)): (F, V, aux)."""
+    C = getattr(likelihood, "num_latent", 1)
+    k_aux, k_f = jax.random.split(key)
+    if C == 1:
+        aux = likelihood.sample_aux(k_aux, y, F)
+        return (*draw(k_f, priors, *likelihood.sites(y, aux)), aux)
+    if getattr(likelihood, "gibbs_joint", True):
+        aux = likelihood.sample_aux(k_aux, y, F)
+        beta, gamma = likelihood.sites(y, aux)
+        keys = jax.random.split(k_f, C)
+        F, V = map_latents(draw, (keys, priors, beta.T, gamma.T), (True, per_latent, True, True))
+        return F.T, V.T, aux
+    V = []
+    for c in range(C):  # systematic scan: w | F, then latent c | w (and the other latents)
+        k_aux, k_c, k_f = jax.random.split(k_f, 3)
+        aux = likelihood.sample_aux(k_aux, y, F)
+        beta, gamma = likelihood.sites(y, aux)
+        prior = jax.tree_util.tree_map(lambda x, c=c: x[c], priors) if per_latent else priors
+        f, v = draw(k_c, prior, beta[:, c], gamma[:, c])
+        F = F.at[:, c].set(f)
+        V.append(v)
+    return F, jnp.stack(V, -1), aux
+
+
+def _map_chains(fn, keys):
+    if jax.default_backend() == "cpu":
+        return lax.map(fn, keys)
+    return jax.vmap(fn)(keys)
+
+
+def _log_target(model, y, F):
+    """log p(y | F) + log p(theta) + log |d theta / d raw| (the prior is on the constrained
+    values; the random walk is on the raw ones)."""
+    jac = jnp.zeros(())
+    for p in parameters(model):
+        if p.trainable:
+            tangent = jax.jvp(p.transform.forward, (p.raw,), (jnp.ones_like(p.raw),))[1]
+            jac = jac + jnp.sum(jnp.log(jnp.abs(tangent)))
+    return jnp.sum(model.likelihood.log_prob(y, F)) + log_prior(model) + jac
+
+
+def _unwhiten(priors: FullPrior, V, per_latent):
+    """F = m + L v for each latent."""
+    if V.ndim == 1:
+        return priors.m0 + priors.L @ V
+    if per_latent:
+        return priors.m0.T + jnp.einsum("cij,jc->ic", priors.L, V)
+    return priors.m0[:, None] + priors.L @ V
+
+
+_PROGRESS = {"done": 0, "update": None}  # the progress bar of the running `sample`
+_TICK = 10  # sweeps between progress reports
+
+
+def _tick():
+    _PROGRESS["done"] += _TICK
+    if _PROGRESS["update"] is not None:
+        _PROGRESS["update"](_PROGRESS["done"])
+
+
+@eqx.filter_jit
+def _run(model: MCGP, X, y, key, settings: GibbsSampling, verbose: bool = False):
+    sparse = model.inducing is not None
+    anchor = model.inducing.value if sparse else X
+    draw = _draw_sparse if sparse else _draw_full
+    C, n = model.num_latent, X.shape[0]
+    hyper, static = partition_trainable(model)
+    priors_of = lambda h: eqx.combine(h, static).priors(anchor, X)[0]
+    priors, per_latent = model.priors(anchor, X)
+
+    def sweep(k, state):
+        F, _, h, pri = state
+        F, V, aux = _sweep(k, F, eqx.combine(h, static).likelihood, y, pri, per_latent, draw)
+        return (F, V, h, pri), aux
+
+    def move(k, state):  # random-walk Metropolis on the hyperparameters, v fixed
+        F, V, h, pri = state
+        flat, unravel = ravel_pytree(h)
+        k_prop, k_acc = jax.random.split(k)
+        h_new = unravel(flat + settings.hyper_step * jax.random.normal(k_prop, flat.shape,
+                                                                       flat.dtype))
+        pri_new = priors_of(h_new)
+        F_new = _unwhiten(pri_new, V, per_latent)
+        log_ratio = (_log_target(eqx.combine(h_new, static), y, F_new)
+                     - _log_target(eqx.combine(h, static), y, F))
+        accept = jnp.log(jax.random.uniform(k_acc, dtype=flat.dtype)) < log_ratio
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b),
+                                      (F_new, V, h_new, pri_new), state)
+
+    def step(k, state, i):
+        """One sweep, and a hyperparameter move after every hyper_every-th sweep i."""
+        if verbose:  # a host callback every _TICK sweeps drives the progress bar
+            lax.cond(i % _TICK == _TICK - 1, lambda: jax.debug.callback(_tick), lambda: None)
+        state, aux = sweep(jax.random.fold_in(k, 0), state)
+        if settings.hyper_every:
+            state = lax.cond((i + 1) % settings.hyper_every == 0, move, lambda k, s: s,
+                             jax.random.fold_in(k, 1), state)
+        return state, aux
+
+    def chain(key):
+        k_init, k_burn, k_keep = jax.random.split(key, 3)
+        zeros = jnp.zeros(n, X.dtype)
+        if C == 1:  # a prior draw: no sites
+            F, V = draw(k_init, priors, zeros, zeros)
+        else:
+            F, V = map_latents(lambda k, p: draw(k, p, zeros, zeros),
+                               (jax.random.split(k_init, C), priors), (True, per_latent))
+            F, V = F.T, V.T
+        state = lax.fori_loop(0, settings.burn_in, lambda i, s: step(
+            jax.random.fold_in(k_burn, i), s, i)[0], (F, V, hyper, priors))
+
+        def keep(state, i):
+            k = jax.random.fold_in(k_keep, i)
+            j0 = settings.burn_in + i * settings.thin
+            if settings.thin > 1:
+                state = lax.fori_loop(1, settings.thin, lambda j, s: step(
+                    jax.random.fold_in(k, j), s, j0 + j - 1)[0], state)
+            state, aux = step(jax.random.fold_in(k, 0), state, j0 + settings.thin - 1)
+            F, V, h, _ = state
+            return state, (F, V, h if settings.hyper_every else None,
+                           aux if settings.store_aux else None)
+
+        return lax.scan(keep, state, jnp.arange(settings.n_samples))[1]
+
+    return _map_chains(chain, jax.random.split(key, settings.n_chains))
+
+
+def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=None,
+           verbose: bool = False):
+    """Draw posterior samples of the latent function(s) at X by augmented Gibbs sampling.
+
+    Returns an :class:`MCPosterior` with samples ``f`` of shape (n_chains, n_samples, n)
+    (or (..., n, C)), predictions that average over them, and convergence diagnostics.
+    ``key`` is a ``jax.random`` key (default ``PRNGKey(0)``); ``verbose`` shows a
+    progress bar over all sweeps of all chains."""
+    if not isinstance(model, MCGP):
+        raise ValueError(f"sample needs an MCGP model, got {type(model).__name__}")
+    inference = GibbsSampling() if inference is None else inference
+    if not isinstance(inference, GibbsSampling):
+        raise ValueError(f"sample needs a GibbsSampling inference, got {inference!r}")
+    if inference.hyper_every:
+        if model.inducing is not None:
+            raise ValueError("hyperparameter moves need the full sampler (MCGP without "
+                             "inducing points)")
+        missing = [p for p in parameters(model) if p.trainable and p.prior is None]
+        if missing:
+            raise ValueError(f"hyperparameter moves need a prior on every trainable parameter "
+                             f"({len(missing)} have none): give one with params.with_prior "
+                             "or fix the parameter with params.fixed")
+    X, y = model._data(X, y)
+    key = jax.random.PRNGKey(0) if key is None else key
+    s = inference
+    update = progress(verbose, s.n_chains * (s.burn_in + s.n_samples * s.thin), "Gibbs sampling")
+    _PROGRESS.update(done=0, update=update if verbose else None)
+    try:
+        F, V, hyper, aux = _run(model, X, y, key, inference, bool(verbose))
+        jax.block_until_ready(F)
+        jax.effects_barrier()
+    finally:
+        _PROGRESS["update"] = None
+        update(None)
+    if not bool(jnp.all(jnp.isfinite(F))):
+        raise FloatingPointError("the Gibbs sampler produced non-finite values; check the "
+                                 "kernel and likelihood parameters and the scale of X and y")
+    return MCPosterior(model, X, y, F, V, hyper, aux)
+
+
+__all__ = ["GibbsSampling", "sample"]

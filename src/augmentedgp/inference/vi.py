@@ -1,0 +1,125 @@
+"""Variational inference settings for SVGP and VGP: Gauss-Hermite expectations (QuadratureVI,
+QuadratureSVI) or the likelihood's augmentation in closed form (AnalyticVI, AnalyticSVI).
+Each gives the data term of the bound and the Gaussian sites (beta, gamma) that the one
+natural-gradient step consumes.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+
+from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.likelihoods import augmentable
+from augmentedgp.variational.natgrad import quadrature_sites
+from augmentedgp.variational.schedules import RobbinsMonro, Schedule, as_schedule
+
+
+class _VariationalInference(eqx.Module):
+    """What the SVGP / VGP training step needs from an inference method: the data term of
+    the bound (``expectations``), the Gaussian sites of the natural step (``sites``), the
+    step size schedule and the minibatch size (None: full batch)."""
+
+    step_size: Schedule
+    natural: bool = eqx.field(static=True, default=True)
+    batch_size: int | None = eqx.field(static=True, default=None)
+    psd_sites = False  # True where every site precision gamma is >= 0 by construction
+
+    def check(self, model):
+        from augmentedgp.models.sparse import SVGP, VGP
+
+        if not isinstance(model, SVGP):
+            raise ValueError(f"{type(self).__name__} is for SVGP and VGP models, got "
+                             f"{type(model).__name__}")
+        if self.batch_size is not None and isinstance(model, VGP):
+            full = type(self).__name__.replace("SVI", "VI")
+            raise ValueError(f"VGP is full batch: use {full}, or SVGP for minibatches")
+
+    def _set_batch_size(self, batch_size):
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+
+
+class QuadratureVI(_VariationalInference):
+    """Variational inference for SVGP and VGP on the full batch, with one-dimensional
+    Gauss-Hermite expectations of log p(y|f) (``n_points`` nodes).
+
+    With ``natural=True`` (default) each iteration takes an Adam step on the
+    hyperparameters and inducing inputs, then a natural-gradient step of size
+    ``step_size`` (a float in (0, 1] or a schedule) on q(u) (seed 001 section 3.1.1);
+    with ``natural=False`` the optimizer moves q(u) too ("Adam optimisation").
+    """
+
+    n_points: int = eqx.field(static=True, default=20)
+
+    def __init__(self, step_size=1.0, *, natural: bool = True, n_points: int = 20):
+        self.step_size, self.natural, self.n_points = as_schedule(step_size), natural, n_points
+        self.batch_size = None
+        if n_points < 1:
+            raise ValueError(f"n_points must be >= 1, got {n_points}")
+
+    def expectations(self, likelihood, y, mean, var, key=None):
+        """E_q[log p(y_i | f_i)] at the marginals of q(f) (``key`` seeds Monte Carlo
+        likelihoods such as the softmax)."""
+        return likelihood.variational_expectations(y, mean, var, self.n_points, key)
+
+    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
+        """Gaussian sites (beta, gamma) of the data at the current marginals of q(f)."""
+        return quadrature_sites(likelihood, y, mean, var, prior_mean, self.n_points, key)
+
+
+class QuadratureSVI(QuadratureVI):
+    """Stochastic QuadratureVI on minibatches of ``batch_size`` points (epochs of shuffled
+    batches), the data term scaled by n / |B| (Hensman et al. 2013). The natural-gradient
+    step size defaults to 0.1; pass a schedule (``RobbinsMonro``, ``Warmup``) to decay it."""
+
+    def __init__(self, batch_size: int, step_size=0.1, *, natural: bool = True,
+                 n_points: int = 20):
+        super().__init__(step_size, natural=natural, n_points=n_points)
+        self._set_batch_size(batch_size)
+
+
+class AnalyticVI(_VariationalInference):
+    """Augmented conjugate variational inference (thesis ch. 3 and 5, Algorithm 1) for SVGP
+    and VGP on the full batch.
+
+    The likelihood is augmented (:mod:`augmentedgp.augmentation`) and q(f, w) = q(f) q(w).
+    Each iteration sets every q(w_i) to its optimum given q(f) (local step), then moves the
+    natural parameters of q(u) a step ``step_size`` towards their optimum given q(w) --
+    step 1 is the CAVI update -- and takes an Adam step on the hyperparameters (kernel,
+    inducing inputs, likelihood parameters) on the augmented bound. Every expectation is in
+    closed form; no quadrature.
+    """
+
+    psd_sites = True  # gamma = 2 E[w] b^2 >= 0
+
+    def __init__(self, step_size=1.0):
+        self.step_size = as_schedule(step_size)
+
+    def check(self, model):
+        super().check(model)
+        if not isinstance(model.likelihood, Augmented):
+            names = ", ".join(c.__name__ for c in augmentable())
+            raise ValueError(f"{type(self).__name__} needs an augmentable likelihood ({names}); "
+                             f"use QuadratureVI for {type(model.likelihood).__name__}")
+
+    def expectations(self, likelihood, y, mean, var, key=None):
+        """The augmented data term at the optimal q(w) (closed form: no key needed)."""
+        return likelihood.augmented_expectations(y, mean, var)
+
+    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
+        """E_{q(w)} of the augmented sites, q(w) optimal given the marginals of q(f); beta
+        is shifted to the latent g = f - prior_mean that the natural step works on."""
+        beta, gamma = likelihood.aux_sites(y, likelihood.aux_posterior(y, mean, var))
+        return beta - gamma * prior_mean, gamma
+
+
+class AnalyticSVI(AnalyticVI):
+    """Stochastic AnalyticVI (thesis ch. 3 eq. 12, ch. 5 Algorithm 3): minibatches of
+    ``batch_size`` points, the data term and the sites scaled by n / |B|, natural
+    parameters interpolated with step ``step_size`` -- by default Robbins-Monro
+    (t + 1)^-0.51 -- as the errata require (not the mean and covariance)."""
+
+    def __init__(self, batch_size: int, step_size=None):
+        super().__init__(RobbinsMonro() if step_size is None else step_size)
+        self._set_batch_size(batch_size)

@@ -1,0 +1,56 @@
+"""Prior mean functions m(X) -> (n,)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from augmentedgp.core.params import Parameter, real
+
+
+class Mean(eqx.Module):
+    """Base class of mean functions: ``mean(X)`` maps (n, d) inputs to (n,) values."""
+
+    def __call__(self, X: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+
+class Zero(Mean):
+    """m(x) = 0."""
+
+    def __call__(self, X):
+        return jnp.zeros(X.shape[:1], dtype=X.dtype)
+
+
+class Constant(Mean):
+    """m(x) = c, a trainable constant."""
+
+    c: Parameter
+
+    def __init__(self, c=0.0):
+        self.c = real(c, "c")
+
+    def __call__(self, X):
+        return jnp.broadcast_to(self.c.value, X.shape[:1]).astype(X.dtype)
+
+
+class Linear(Mean):
+    """X @ weights + bias."""
+
+    weights: Parameter
+    bias: Parameter
+
+    def __init__(self, weights, bias=0.0):
+        self.weights = real(weights, "weights")
+        self.bias = real(bias, "bias")
+        if jnp.ndim(self.weights.raw) != 1:
+            raise ValueError("weights must be a 1-D array with one entry per input column")
+
+    def __call__(self, X):
+        if X.shape[-1] != self.weights.raw.shape[0]:
+            raise ValueError(
+                f"Linear mean has {self.weights.raw.shape[0]} weights but X has "
+                f"{X.shape[-1]} columns"
+            )
+        return X @ self.weights.value + self.bias.value

@@ -1,0 +1,137 @@
+"""Heteroscedastic Gaussian regression: a second latent function for the noise."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from augmentedgp.augmentation import samplers
+from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
+from augmentedgp.core.params import Parameter, positive
+from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
+from augmentedgp.likelihoods.base import (
+    MultiLatent,
+    check_finite,
+    log_2cosh_half,
+)
+
+_LOG_2 = math.log(2.0)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class HeteroTilt(NamedTuple):
+    """q(n_i, w_i) of the heteroscedastic augmentation: n_i ~ Po(n_mean_i) and
+    w_i | n_i ~ PG(1/2 + n_i, c_i) (c^2 stored); psi_i = e^{-m_g/2} / (2 cosh(c_i/2))."""
+
+    c2: jax.Array
+    n_mean: jax.Array
+    psi: jax.Array
+
+
+class HeteroscedasticGaussian(MultiLatent, Augmented):
+    """y ~ N(f, 1 / (precision * sigmoid(g))): latent 0 is the mean f, latent 1 the noise
+    function g (thesis 7.2, eq. 7.1; the sigmoid link makes the augmentation possible).
+
+    Augmented inference uses the thesis' double bound: with E_i = E_q[(y_i - f_i)^2], the
+    data term E_q[log p(y | f, g)] is exact in f and its g part
+    sqrt(sigmoid(g)) exp(-(precision E_i / 2) sigmoid(g)) is augmented with
+    n_i ~ Po(precision E_i sigmoid(-g_i) / 2) and a Polya-Gamma w_i (eq. 7.3 with the
+    errata: g^2 w, not g^2 / w). At the optimal q(n, w) the bound per point is
+
+        log(precision / 2 pi) / 2 + m_g / 4 - log(2 cosh(c/2)) / 2 - precision E (1 - psi) / 2,
+
+    c^2 = E[g^2], psi = e^{-m_g/2} / (2 cosh(c/2)); its sites are f: precision (1 - psi)
+    on y, and g: beta = (1/2 - E n) / 2, gamma = (1/2 + E n) tanh(c/2) / (2c) with
+    E n = precision E psi / 2 (Algorithm 3 with the errata: no square roots, and the minus
+    sign in the g potential).
+    """
+
+    precision: Parameter
+
+    def __init__(self, precision=1.0):
+        self.precision = positive(precision, "noise precision")
+
+    @property
+    def num_latent(self) -> int:
+        return 2
+
+    def check_targets(self, y, name: str = "y"):
+        return check_finite(y, name)
+
+    def log_prob(self, y, F):
+        f, g = F[..., 0], F[..., 1]
+        lam = self.precision.value
+        return 0.5 * (jnp.log(lam) + jax.nn.log_sigmoid(g) - _LOG_2PI) - 0.5 * lam * (
+            jax.nn.sigmoid(g) * (y - f) ** 2)
+
+    @staticmethod
+    def _split(mean, var):
+        return mean[..., 0], var[..., 0], mean[..., 1], var[..., 1]
+
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+        """Exact in f; Gauss-Hermite in g."""
+        mf, vf, mg, vg = self._split(mean, var)
+        lam = self.precision.value
+        e = (y - mf) ** 2 + vf
+        term = lambda g: 0.5 * jax.nn.log_sigmoid(g) - 0.5 * lam * e[..., None] * jax.nn.sigmoid(g)
+        return 0.5 * (jnp.log(lam) - _LOG_2PI) + gauss_hermite(term, mg, vg, n)
+
+    def predict_y(self, mean, var):
+        """Mean and variance of y: E f and V f + E[1 / (precision sigmoid(g))], the latter
+        (1 + e^{-m_g + v_g / 2}) / precision in closed form."""
+        mf, vf, mg, vg = self._split(mean, var)
+        return mf, vf + (1.0 + jnp.exp(-mg + 0.5 * vg)) / self.precision.value
+
+    def predictive_log_prob(self, y, mean, var):
+        """log int N(y | m_f, v_f + 1 / (precision sigmoid(g))) q(g) dg (Gauss-Hermite)."""
+        mf, vf, mg, vg = self._split(mean, var)
+        lam = self.precision.value
+
+        def log_density(g):
+            v = vf[..., None] + (1.0 + jnp.exp(-g)) / lam
+            return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mf)[..., None] ** 2 / v)
+
+        return log_gauss_hermite(log_density, mg, vg)
+
+    def aux_posterior(self, y, mean, var):
+        mf, vf, mg, vg = self._split(mean, var)
+        c2 = mg**2 + vg
+        psi = jnp.exp(-0.5 * mg - log_2cosh_half(c2))
+        return HeteroTilt(c2, 0.5 * self.precision.value * ((y - mf) ** 2 + vf) * psi, psi)
+
+    def aux_sites(self, y, q_aux):
+        prec_f = self.precision.value * (1.0 - q_aux.psi)
+        beta = jnp.stack([prec_f * y, 0.5 * (0.5 - q_aux.n_mean)], -1)
+        gamma = jnp.stack([prec_f, (0.5 + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))], -1)
+        return beta, gamma
+
+    # f and g are not independent given (n, w): Gibbs draws f | g (n, w integrated out),
+    # then (n, w) | f, g, then g | n, w (thesis 7.2 Algorithm 2, collapsed in f)
+    gibbs_joint = False
+
+    def sample_aux(self, key, y, F):
+        """n ~ Po(precision sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2
+        (thesis 7.2 Algorithm 2)."""
+        f, g = F[..., 0], F[..., 1]
+        kn, kw = jax.random.split(key)
+        rate = 0.5 * self.precision.value * jax.nn.sigmoid(-g) * (y - f) ** 2
+        n = jax.random.poisson(kn, rate).astype(F.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, 0.5 + n, g), jax.nn.sigmoid(g))
+
+    def sites(self, y, aux):
+        """f: precision * sigmoid(g) on y (exact, collapsed over n and w; the errata's y,
+        not y / 2); g: beta = (1/2 - n) / 2, gamma = PG draw."""
+        prec_f = self.precision.value * aux.sigmoid_g
+        return (jnp.stack([prec_f * y, 0.5 * (0.5 - aux.n)], -1),
+                jnp.stack([prec_f, 2.0 * aux.w], -1))
+
+    def augmented_expectations(self, y, mean, var):
+        mf, vf, mg, vg = self._split(mean, var)
+        lam = self.precision.value
+        c2 = mg**2 + vg
+        psi = jnp.exp(-0.5 * mg - log_2cosh_half(c2))
+        return (0.5 * (jnp.log(lam) - _LOG_2PI) + 0.25 * mg - 0.5 * log_2cosh_half(c2)
+                - 0.5 * lam * ((y - mf) ** 2 + vf) * (1.0 - psi))

@@ -1,0 +1,252 @@
+"""Multi-class likelihoods: logistic-softmax (augmented), softmax and robust-max."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import log_ndtr, logsumexp
+
+from augmentedgp.augmentation import samplers
+from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
+from augmentedgp.core.params import Parameter, fixed, positive
+from augmentedgp.core.quadrature import gauss_hermite, hermite_nodes
+from augmentedgp.core.validation import check_vector
+from augmentedgp.likelihoods.base import (
+    MultiLatent,
+    check_samples,
+    log_2cosh_half,
+    mc_expectation,
+)
+
+_LOG_2 = math.log(2.0)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class Categorical(MultiLatent):
+    """Multi-class likelihoods. ``classes``: the number of classes C (labels 0..C-1) or the
+    sequence of class labels (integers or strings). Targets are mapped to codes 0..C-1 in
+    that order; a label outside ``classes`` is an error. A declared class with no training
+    points is allowed: its latent function only receives evidence against it."""
+
+    classes: tuple = eqx.field(static=True)
+
+    def __init__(self, classes):
+        self.classes = _class_tuple(classes)
+
+    @property
+    def num_latent(self) -> int:
+        return len(self.classes)
+
+    def targets(self, y, n: int, name: str = "y"):
+        return self.check_targets(check_vector(y, n, name), name)
+
+    def check_targets(self, y, name: str = "y"):
+        """Class codes 0..C-1 of the labels ``y``."""
+        arr = np.asarray(y)
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or inf")
+        values, inverse = np.unique(arr, return_inverse=True)
+        code = {label: k for k, label in enumerate(self.classes)}
+        unknown = [v for v in values.tolist() if v not in code]
+        if unknown:
+            raise ValueError(f"{name} has labels {unknown[:5]} not among the {len(self.classes)} "
+                             f"classes {list(self.classes)[:10]} of the likelihood")
+        return np.asarray([code[v] for v in values.tolist()], dtype=np.int64)[inverse.ravel()]
+
+    def predict_proba(self, mean, var):
+        """p(y = k | data) for each class, (n, C), integrated over q(f)."""
+        raise NotImplementedError
+
+    def predict_y(self, mean, var):
+        """Class probabilities p and their variances p (1 - p), each (n, C)."""
+        p = self.predict_proba(mean, var)
+        return p, p * (1.0 - p)
+
+    def predictive_log_prob(self, y, mean, var):
+        p = self.predict_proba(mean, var)
+        return jnp.log(jnp.take_along_axis(p, jnp.asarray(y)[:, None], axis=1)[:, 0])
+
+
+def _class_tuple(classes) -> tuple:
+    if isinstance(classes, int | np.integer) and not isinstance(classes, bool):
+        labels = list(range(int(classes)))
+    else:
+        arr = np.asarray(classes)
+        if arr.ndim != 1:
+            raise ValueError("classes must be the number of classes or a 1-D sequence of "
+                             f"labels, got {classes!r}")
+        labels = arr.tolist()
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"classes has repeated labels: {labels}")
+    if len(labels) < 2:
+        raise ValueError(f"a multi-class likelihood needs at least 2 classes, got {labels}")
+    return tuple(labels)
+
+
+class SoftmaxTilt(NamedTuple):
+    """q(n_i, w_i) for the logistic-softmax: negative multinomial counts with means n_mean
+    (n, C) and, given them, w^c ~ PG(y^c + n^c, c^c) with c^2 stored."""
+
+    c2: jax.Array
+    n_mean: jax.Array
+
+
+class LogisticSoftmax(Categorical, Augmented):
+    """p(y = k | f) = sigmoid(f_k) / sum_c sigmoid(f_c) (thesis ch. 4 eq. 5).
+
+    Augmentation (thesis ch. 4 eqs. 6-9, with the errata's sigma(-f)): 1 / sum_c sigmoid(f_c)
+    = int_0^inf exp(-lambda sum_c sigmoid(f_c)) d lambda, each exp(-lambda sigmoid(f_c)) a
+    Poisson series in sigmoid(-f_c) with counts n^c ~ Po(lambda), and sigmoid(f)^y
+    sigmoid(-f)^n a Polya-Gamma mixture. Here lambda is integrated out in closed form
+    (thesis 7.4.1): the counts are negative multinomial, so the optimal q(n) is too, with
+    E[n^c] = psi_c / (C - sum_j psi_j), psi_c = e^{-m_c/2} / (2 cosh(c_c / 2)) and
+    c_c^2 = E[f_c^2]; no inner loop between q(lambda) and q(n). The bound at the optimal
+    q(n, w) is, per point,
+
+        m_y / 2 - log(2 cosh(c_y / 2)) - log(sum_c (1 - psi_c)),
+
+    never below the thesis' mean-field q(lambda) q(n) q(w) bound and never above
+    E_q[log p(y | f)]. ``num_samples`` Monte Carlo draws estimate E_q[log sum_c sigmoid(f_c)]
+    in the non-augmented bound (QuadratureVI); ``predict_samples`` quasi-Monte Carlo points
+    integrate the class probabilities.
+    """
+
+    num_samples: int = eqx.field(static=True, default=100)
+    predict_samples: int = eqx.field(static=True, default=2048)
+
+    def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
+        super().__init__(classes)
+        self.num_samples, self.predict_samples = check_samples(num_samples, predict_samples)
+
+    @staticmethod
+    def _log_probs(F):
+        ls = jax.nn.log_sigmoid(F)
+        return ls - logsumexp(ls, axis=-1, keepdims=True)
+
+    def log_prob(self, y, F):
+        return jnp.take_along_axis(self._log_probs(F), jnp.asarray(y)[..., None], -1)[..., 0]
+
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+        """E[log sigmoid(f_y)] by Gauss-Hermite, E[log sum_c sigmoid(f_c)] by Monte Carlo."""
+        pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
+        first = gauss_hermite(jax.nn.log_sigmoid, pick(mean), pick(var), n)
+        lse = lambda F: logsumexp(jax.nn.log_sigmoid(F), axis=-1)
+        return first - mc_expectation(lse, mean, var, self.num_samples, key)
+
+    def predict_proba(self, mean, var):
+        return mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
+                               self.predict_samples)
+
+    def aux_posterior(self, y, mean, var):
+        c2 = mean**2 + var
+        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))  # "sigma~" of thesis 7.4, corrected
+        return SoftmaxTilt(c2, psi / (self.num_latent - jnp.sum(psi, -1, keepdims=True)))
+
+    def aux_sites(self, y, q_aux):
+        """beta^c = (y^c - E n^c) / 2, gamma^c = E[w^c] = (y^c + E n^c) tanh(c/2) / (2c)
+        (thesis 7.4 Algorithm 5; ch. 4 eqs. 14-16 as reconstructed in the notes)."""
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
+        return 0.5 * (Y - q_aux.n_mean), (Y + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))
+
+    def sample_aux(self, key, y, F):
+        """(n, w) ~ p(n, w | y, F) (thesis 7.4 Algorithm 4): the negative multinomial n is
+        drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
+        exp(-lambda sigmoid(f_c)) is the n^c series), n^c ~ Po(lambda sigmoid(-f_c)), then
+        w^c ~ PG(y^c + n^c, |f^c|) / 2."""
+        kl, kn, kw = jax.random.split(key, 3)
+        lam = jax.random.exponential(kl, y.shape, F.dtype) / jnp.sum(jax.nn.sigmoid(F), -1)
+        n = jax.random.poisson(kn, lam[:, None] * jax.nn.sigmoid(-F)).astype(F.dtype)
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=F.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, F))
+
+    def sites(self, y, aux):
+        """beta^c = (y^c - n^c) / 2, gamma^c = PG draw (Algorithm 4)."""
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=aux.w.dtype)
+        return 0.5 * (Y - aux.n), 2.0 * aux.w
+
+    def augmented_expectations(self, y, mean, var):
+        """The augmented data term at the optimal q(n, w) (see the class docstring)."""
+        c2 = mean**2 + var
+        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
+        pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
+        return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
+                - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
+
+
+class Softmax(Categorical):
+    """p(y = k | f) = exp(f_k) / sum_c exp(f_c); E_q[log sum_c exp(f_c)] by ``num_samples``
+    Monte Carlo draws (as GPflow's and GPyTorch's softmax likelihoods)."""
+
+    num_samples: int = eqx.field(static=True, default=100)
+    predict_samples: int = eqx.field(static=True, default=2048)
+
+    def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
+        super().__init__(classes)
+        self.num_samples, self.predict_samples = check_samples(num_samples, predict_samples)
+
+    def log_prob(self, y, F):
+        return jnp.take_along_axis(jax.nn.log_softmax(F, -1), jnp.asarray(y)[..., None],
+                                   -1)[..., 0]
+
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+        pick = jnp.take_along_axis(mean, jnp.asarray(y)[:, None], 1)[:, 0]
+        lse = lambda F: logsumexp(F, axis=-1)
+        return pick - mc_expectation(lse, mean, var, self.num_samples, key)
+
+    def predict_proba(self, mean, var):
+        return mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
+                               self.predict_samples)
+
+
+class RobustMax(Categorical):
+    """p(y = k | f) = 1 - epsilon if k = argmax_c f_c, else epsilon / (C - 1)
+    (Hernandez-Lobato et al. 2011; GPflow's convention). E_q and the class probabilities
+    need P(f_k is the largest) = E_{x ~ N(0,1)} prod_{j != k} Phi((m_k + s_k x - m_j) / s_j),
+    a one-dimensional Gauss-Hermite integral with ``n_points`` nodes (Hensman et al. 2015;
+    100 by default: with 20, as GPflow, rows can be off by 1e-2 when the latent variances
+    differ a lot).
+    ``epsilon`` is fixed by default (GPflow's default 1e-3)."""
+
+    epsilon: Parameter
+    n_points: int = eqx.field(static=True, default=100)
+
+    def __init__(self, classes, epsilon=1e-3, *, n_points: int = 100):
+        super().__init__(classes)
+        if not 0.0 < float(epsilon) < 1.0:
+            raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
+        self.epsilon, self.n_points = fixed(positive(epsilon, "robust-max epsilon")), n_points
+
+    def _log_levels(self):
+        eps = self.epsilon.value
+        return jnp.log1p(-eps), jnp.log(eps / (self.num_latent - 1))
+
+    def log_prob(self, y, F):
+        hit, miss = self._log_levels()
+        return jnp.where(jnp.argmax(F, -1) == jnp.asarray(y), hit, miss)
+
+    def _argmax_prob(self, k, mean, var):
+        """P(f_k > f_j for all j != k) under independent N(mean, var), k: (n,) codes."""
+        x, w = hermite_nodes(self.n_points)
+        s = jnp.sqrt(jnp.maximum(var, 1e-300))
+        pick = lambda a: jnp.take_along_axis(a, k[:, None], 1)  # (n, 1)
+        fk = pick(mean)[..., None] + pick(s)[..., None] * x  # (n, 1, Q)
+        log_phi = log_ndtr((fk - mean[..., None]) / s[..., None])  # (n, C, Q)
+        others = jax.nn.one_hot(k, self.num_latent, dtype=mean.dtype) < 0.5
+        return jnp.sum(jnp.exp(jnp.sum(jnp.where(others[..., None], log_phi, 0.0), 1)) * w, -1)
+
+    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+        P = self._argmax_prob(jnp.asarray(y), mean, var)
+        hit, miss = self._log_levels()
+        return P * hit + (1.0 - P) * miss
+
+    def predict_proba(self, mean, var):
+        codes = jnp.arange(self.num_latent)
+        P = jax.vmap(lambda k: self._argmax_prob(jnp.full(mean.shape[:1], k), mean, var),
+                     out_axes=1)(codes)
+        eps = self.epsilon.value
+        return (1.0 - eps) * P + eps / (self.num_latent - 1) * (1.0 - P)

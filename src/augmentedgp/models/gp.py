@@ -1,0 +1,97 @@
+"""Full (non-sparse) GP models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from augmentedgp.core import linalg
+from augmentedgp.core.errors import NotPositiveDefiniteError
+from augmentedgp.core.linalg import site_factors
+from augmentedgp.core.validation import check_X
+from augmentedgp.kernels.covariance import Kernel
+from augmentedgp.kernels.means import Mean, Zero
+from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.robust import Gaussian
+from augmentedgp.models.approximations import EP, Exact, Laplace
+from augmentedgp.models.sites import SitePosterior
+
+
+class GP(eqx.Module):
+    """f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)).
+
+    With the default Gaussian likelihood (``noise`` is its variance) inference is exact;
+    with a binary likelihood use ``Laplace()`` (default) or ``EP()`` (probit).
+    """
+
+    kernel: Kernel
+    likelihood: Likelihood
+    mean: Mean
+
+    def __init__(self, kernel: Kernel, likelihood: Likelihood | None = None, *,
+                 mean: Mean | None = None, noise=None):
+        if not isinstance(kernel, Kernel):
+            raise ValueError(f"kernel must be an augmentedgp kernel, got {type(kernel).__name__}")
+        if likelihood is not None and noise is not None:
+            raise ValueError("give either likelihood or noise (the Gaussian noise variance), "
+                             "not both")
+        if likelihood is None:
+            likelihood = Gaussian(1.0 if noise is None else noise)
+        if not isinstance(likelihood, Likelihood):
+            raise ValueError(f"likelihood must be an augmentedgp likelihood, got {likelihood!r}")
+        if getattr(likelihood, "num_latent", 1) > 1:
+            raise ValueError(f"{type(likelihood).__name__} has several latent functions: use "
+                             "SVGP or VGP")
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.mean = Zero() if mean is None else mean
+
+    def default_inference(self):
+        return Exact() if isinstance(self.likelihood, Gaussian) else Laplace()
+
+    def _inference(self, inference):
+        """The given inference method (or the default), checked against this model."""
+        inference = inference or self.default_inference()
+        inference.check(self)
+        return inference
+
+    def _data(self, X, y):
+        X = check_X(X)
+        y = self.likelihood.targets(y, X.shape[0])
+        return jnp.asarray(X), jnp.asarray(y)
+
+    def log_marginal_likelihood(self, X, y, inference=None) -> float:
+        """log p(y | X) at the current hyperparameters (approximate for Laplace/EP)."""
+        inference = self._inference(inference)
+        X, y = self._data(X, y)
+        value = _lml(self, X, y, inference)
+        if not jnp.isfinite(value):
+            raise NotPositiveDefiniteError("kernel matrix")
+        return float(value)
+
+    def posterior(self, X, y, inference=None, history=None) -> SitePosterior:
+        """Condition on data at the current hyperparameters (no optimisation)."""
+        inference = self._inference(inference)
+        X, y = self._data(X, y)
+        post = _posterior(self, X, y, inference)
+        linalg.check_cholesky(post.L, "posterior system matrix I + S K S")
+        if not bool(jnp.isfinite(post.lml)):
+            raise NotPositiveDefiniteError("kernel matrix")
+        return dataclasses.replace(post, history=history)
+
+
+@eqx.filter_jit
+def _lml(model, X, y, inference):
+    return inference.log_marginal_likelihood(model, X, y)
+
+
+@eqx.filter_jit
+def _posterior(model, X, y, inference):
+    tau, nu, lml = inference.approximate(model, X, y)
+    s, L, alpha = site_factors(model.kernel(X), tau, nu)
+    return SitePosterior(model, X, y, s, L, alpha, lml)
+
+
+__all__ = ["GP", "Exact", "Laplace", "EP"]

@@ -1,0 +1,117 @@
+"""The posterior of a full GP whose approximation is a product of Gaussian sites.
+
+Exact regression (sites N(y_i | f_i, s^2)), Laplace (sites at the mode) and EP all give
+q(f) proportional to p(f) prod_i N(f_i | nu_i / tau_i, 1 / tau_i) on g = f - m(X), so one
+class predicts for all three (Rasmussen & Williams Algorithms 2.1, 3.2 and 3.6):
+
+    B = I + S K S,  S = diag(sqrt(tau)),  L = chol(B)
+    alpha = S B^{-1} S (nu / tau)                      (= K^{-1} E[g])
+    E[f*] = m(x*) + k*^T alpha,   V[f*] = k** - |L^{-1} S k*|^2
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from augmentedgp.core import linalg
+from augmentedgp.core.validation import check_X
+
+
+class Predictive(eqx.Module):
+    """The prediction verbs, from a subclass's ``predict_f(Xnew, full_cov)``,
+    ``_check_new(Xnew)`` (validated inputs) and ``likelihood``."""
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        raise NotImplementedError
+
+    def predict_y(self, Xnew):
+        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
+        return self.likelihood.predict_y(*self.predict_f(Xnew))
+
+    def predict_proba(self, Xnew):
+        """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
+        (n*, C) for multi-class ones, averaged over the latent posterior."""
+        if not hasattr(self.likelihood, "predict_proba"):
+            raise TypeError("predict_proba needs a classification likelihood (binary or "
+                            f"multi-class), not {self.likelihood}")
+        return self.likelihood.predict_proba(*self.predict_f(Xnew))
+
+    def predict_log_density(self, Xnew, ynew):
+        """log p(y* | x*, data) = log int p(y*|f) q(f) df per test point (n*,)."""
+        Xnew = self._check_new(Xnew)
+        ynew = jnp.asarray(self.likelihood.targets(ynew, Xnew.shape[0], "ynew"))
+        return self.likelihood.predictive_log_prob(ynew, *self.predict_f(Xnew))
+
+    def sample_f(self, key, Xnew, n_samples: int = 1):
+        """Joint posterior samples of f at Xnew, shape (n_samples, n*) -- or
+        (n_samples, n*, C) for C latent functions (independent across latents)."""
+        mean, cov = self.predict_f(Xnew, full_cov=True)
+        single = mean.ndim == 1
+        if single:
+            mean, cov = mean[:, None], cov[None]
+        Lc = linalg.check_cholesky(jax.lax.map(linalg.cholesky, cov),
+                                   "posterior covariance at Xnew")
+        eps = jax.random.normal(key, (n_samples, *mean.shape), dtype=mean.dtype)
+        samples = mean + jnp.einsum("cij,sjc->sic", Lc, eps)
+        return samples[..., 0] if single else samples
+
+    def predict_class(self, Xnew):
+        """The most probable class label at each row of Xnew (multi-class likelihoods),
+        in the labels the likelihood was given."""
+        classes = getattr(self.likelihood, "classes", None)
+        if classes is None:
+            raise TypeError(f"predict_class needs a multi-class likelihood, not {self.likelihood}")
+        return np.asarray(classes)[np.argmax(np.asarray(self.predict_proba(Xnew)), axis=1)]
+
+
+class SitePosterior(Predictive):
+    """A fitted full GP: predictions, samples and the (approximate) log marginal likelihood.
+
+    Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``.
+    """
+
+    model: eqx.Module
+    X: jax.Array
+    y: jax.Array
+    sqrt_tau: jax.Array
+    L: jax.Array
+    alpha: jax.Array
+    lml: jax.Array
+    history: object = eqx.field(static=True, default=None)
+
+    @property
+    def kernel(self):
+        return self.model.kernel
+
+    @property
+    def likelihood(self):
+        return self.model.likelihood
+
+    def log_marginal_likelihood(self) -> float:
+        """log p(y | X, theta): exact for regression, approximate for Laplace and EP."""
+        return float(self.lml)
+
+    def _check_new(self, Xnew):
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self.X.shape[1]))
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
+        # the arrays, not self: its static history would make every fit compile anew
+        return self._moments(self._check_new(Xnew), full_cov)
+
+    def _moments(self, Xnew, full_cov: bool = False):
+        """predict_f without validation (traceable)."""
+        return _predict_f(self.model, self.X, self.alpha, self.L, self.sqrt_tau, Xnew, full_cov)
+
+
+@eqx.filter_jit
+def _predict_f(model, X, alpha, L, sqrt_tau, Xnew, full_cov: bool):
+    Ksx = model.kernel(X, Xnew)
+    mean = model.mean(Xnew) + Ksx.T @ alpha
+    V = linalg.solve_lower(L, sqrt_tau[:, None] * Ksx)
+    if full_cov:
+        return mean, model.kernel(Xnew) - V.T @ V
+    return mean, jnp.maximum(model.kernel.diag(Xnew) - jnp.sum(V**2, axis=0), 0.0)

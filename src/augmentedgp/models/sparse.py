@@ -1,0 +1,468 @@
+"""Inducing-point GP models: SGPR (collapsed, with DTC and FITC), SVGP and VGP.
+
+SVGP (Hensman et al. 2013, 2015) keeps q(u) explicit; its bound on a minibatch B of n
+points is  (n / |B|) sum_{i in B} E_{q(f_i)}[log p(y_i | f_i)] - KL(q(u) || p(u))
+(seed 001 eq. 3.3 and A.4). VGP is the non-sparse case Z = X (Opper & Archambeau 2009).
+SGPR integrates u out for a Gaussian likelihood (Titsias 2009, seed 001 eq. 2.17):
+
+    F = log N(y | m, Q + s2 I) - tr(K - Q) / (2 s2),    Q = Knm Kmm^-1 Kmn,
+
+DTC drops the trace term (Seeger 2003) and FITC replaces s2 I by s2 I + diag(K - Q)
+(Snelson & Ghahramani 2006; seed 003 B.7). All three give q(u) in closed form (with the
+per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and theta1 = A D^-1 r).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.core import linalg
+from augmentedgp.core.params import Parameter, fixed, real
+from augmentedgp.core.validation import check_X, check_y
+from augmentedgp.kernels.covariance import Kernel
+from augmentedgp.kernels.means import Mean, Zero
+from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.robust import Gaussian
+from augmentedgp.models.sites import Predictive
+from augmentedgp.variational.families import NaturalQ, QPosterior, make_q, map_latents
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def inducing_parameter(Z) -> Parameter:
+    if isinstance(Z, Parameter):
+        arr = np.asarray(Z.value)
+    else:
+        arr = check_X(Z, "inducing")
+    if arr.ndim != 2:
+        raise ValueError(f"inducing must be 2-D of shape (M, d), got shape {arr.shape}")
+    if np.unique(arr, axis=0).shape[0] < arr.shape[0]:
+        raise ValueError("inducing has repeated rows; inducing points must be distinct "
+                         "(use augmentedgp.inducing to choose them)")
+    return Z if isinstance(Z, Parameter) else real(arr, "inducing")
+
+
+def _check_kernel_likelihood(kernel, likelihood):
+    if not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood must be an augmentedgp likelihood, got {likelihood!r}")
+    kernels = kernel if isinstance(kernel, list | tuple) else [kernel]
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise ValueError(f"kernel must be an augmentedgp kernel, got {type(k).__name__}")
+
+
+def _stack(items, what: str, num_latent: int):
+    """One module whose leaves lead with the latent axis, from one module per latent."""
+    items = list(items)
+    if num_latent == 1:
+        raise ValueError(f"a list of {what}s is for likelihoods with several latent functions")
+    if len(items) != num_latent:
+        raise ValueError(f"give one {what} per latent function ({num_latent}), got {len(items)}")
+    if len({jax.tree_util.tree_structure(x) for x in items}) != 1:
+        raise ValueError(f"the per-latent {what}s must have the same type and settings "
+                         "(trainable / fixed, priors) so that they can be stacked")
+    try:
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *items)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"the per-latent {what}s must have parameters of equal shapes: {err}") \
+            from None
+
+
+def latent_prior(kernel, likelihood, mean):
+    """(kernel, mean, latent_kernels, latent_means) of a model with ``likelihood``: one kernel
+    (mean) shared by the latent functions, or a list of one per latent stacked into one
+    module whose leaves lead with the latent axis."""
+    _check_kernel_likelihood(kernel, likelihood)
+    C = getattr(likelihood, "num_latent", 1)
+    latent_kernels, latent_means = isinstance(kernel, list | tuple), isinstance(mean, list | tuple)
+    kernel = _stack(kernel, "kernel", C) if latent_kernels else kernel
+    mean = _stack(mean, "mean", C) if latent_means else Zero() if mean is None else mean
+    return kernel, mean, latent_kernels, latent_means
+
+
+class Projection(NamedTuple):
+    """Everything the bound and the natural-gradient step need at the points X. With C
+    latent functions every field leads with the latent axis, except prior_mean, mean and
+    var, which are (n, C) (var is (C, n, n) with full_cov)."""
+
+    Kmm: jax.Array
+    Lmm: jax.Array
+    Kmn: jax.Array
+    A: jax.Array  # Lmm^-1 Kmn
+    kdiag: jax.Array
+    prior_mean: jax.Array  # mean(X)
+    mean: jax.Array  # E_q[f(X)]
+    var: jax.Array  # V_q[f(X)]
+
+
+@eqx.filter_jit
+def _prior_cholesky(kernel, Z):
+    """cholesky(K(Z, Z)) as one compiled program (eager ops would compile one by one)."""
+    return linalg.cholesky(kernel(Z))
+
+
+class SVGP(Predictive):
+    """Sparse variational GP: f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)), q(u) at Z.
+
+    ``inducing``: (M, d) array (trained by default) or a Parameter (``params.fixed`` to
+    freeze it). ``q``: "whitened" (default), "cholesky", "natural", "natural_whitened",
+    "site" or a :class:`~augmentedgp.variational.QPosterior`; it starts at the prior.
+
+    A likelihood with C > 1 latent functions (multi-class, heteroscedastic) gets C
+    independent GPs with shared inducing inputs and one q(u^c) each, stored stacked (every
+    q leaf leads with the latent axis) and mapped over (``variational.map_latents``).
+    ``kernel`` (and ``mean``) is then one module shared by all latents or a list of C
+    modules of one type, stacked likewise; predictions are (n, C).
+    """
+
+    kernel: Kernel
+    likelihood: Likelihood
+    mean: Mean
+    inducing: Parameter | None
+    q: QPosterior | None
+    latent_kernels: bool = eqx.field(static=True, default=False)
+    latent_means: bool = eqx.field(static=True, default=False)
+
+    def __init__(self, kernel, likelihood, inducing, *, mean=None, q="whitened"):
+        self.kernel, self.mean, self.latent_kernels, self.latent_means = latent_prior(
+            kernel, likelihood, mean)
+        self.likelihood = likelihood
+        self.inducing = inducing_parameter(inducing)
+        self.q = self._initial_q(q, jnp.asarray(self.inducing.value))
+
+    def _initial_q(self, kind, Z):
+        """q at the prior (one per latent), or the given QPosterior after a shape check."""
+        make = lambda k: make_q(kind, _prior_cholesky(k, Z))
+        C = self.num_latent
+        if C == 1:
+            return make(self.kernel)
+        if isinstance(kind, QPosterior):
+            lead = {leaf.shape[0] for leaf in jax.tree_util.tree_leaves(kind)}
+            if lead != {C}:
+                raise ValueError(f"q for {C} latent functions must have leaves leading with "
+                                 f"the latent axis of size {C}")
+            return kind
+        if self.latent_kernels:  # construction only (parameter constructors are numpy)
+            kernels = [jax.tree_util.tree_map(lambda x, c=c: x[c], self.kernel) for c in range(C)]
+            return _stack([make(k) for k in kernels], "q", C)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (C, *x.shape)),
+                                      make(self.kernel))
+
+    @property
+    def num_latent(self) -> int:
+        """The number of latent functions C."""
+        return getattr(self.likelihood, "num_latent", 1)
+
+    def _per_latent(self, prior_fn, posterior_fn):
+        """posterior_fn(q, prior_fn(kernel, mean)) for each latent function; the prior part
+        is computed once when the kernel and mean are shared (``map_latents``)."""
+        if self.num_latent == 1:
+            return posterior_fn(self.q, prior_fn(self.kernel, self.mean))
+        if self.latent_kernels or self.latent_means:
+            prior = map_latents(prior_fn, (self.kernel, self.mean),
+                                (self.latent_kernels, self.latent_means))
+            return map_latents(posterior_fn, (self.q, prior), (True, True))
+        return map_latents(posterior_fn, (self.q, prior_fn(self.kernel, self.mean)),
+                           (True, False))
+
+    # --- the bound ------------------------------------------------------------------------
+
+    def project(self, X, full_cov: bool = False) -> Projection:
+        return self._project(X, full_cov)[0]
+
+    def _project(self, X, full_cov: bool = False, kl: bool = False):
+        """(Projection at X, KL(q(u) || p(u)) if ``kl`` else None)."""
+        Z = self.inducing.value
+
+        def prior(kernel, mean):
+            Kmm = kernel(Z)
+            Kmn = kernel(Z, X)
+            Lmm, A = linalg.cholesky_project(Kmm, Kmn)
+            return Kmm, Lmm, Kmn, A, kernel.diag(X), kernel(X) if full_cov else None, mean(X)
+
+        def posterior(q, prior):
+            Kmm, Lmm, Kmn, A, kdiag, Kxx, m0 = prior
+            if kl:
+                mean_g, var, kl_value = q.conditional_kl(Kmm, Lmm, Kmn, A, kdiag)
+            else:
+                (mean_g, var), kl_value = q.conditional(Kmm, Lmm, Kmn, A, kdiag, Kxx,
+                                                        full_cov), jnp.zeros(())
+            return Projection(Kmm, Lmm, Kmn, A, kdiag, m0, m0 + mean_g, var), kl_value
+
+        p, kl_value = self._per_latent(prior, posterior)
+        if self.num_latent > 1:
+            p = p._replace(prior_mean=p.prior_mean.T, mean=p.mean.T,
+                           var=p.var if full_cov else p.var.T)
+            kl_value = jnp.sum(kl_value)
+        return p, (kl_value if kl else None)
+
+    def prior_kl(self) -> jax.Array:
+        """KL(q(u) || p(u)) (summed over the latent functions)."""
+        self._input_dim()
+        Z = self.inducing.value
+
+        def prior(kernel, mean):
+            Kmm = kernel(Z)
+            return Kmm, linalg.cholesky(Kmm)
+
+        return jnp.sum(self._per_latent(prior, lambda q, p: q.kl(*p)))
+
+    def _elbo(self, X, y, scale=1.0, augmented: bool = False):
+        expectations = (self.likelihood.augmented_expectations if augmented
+                        else self.likelihood.variational_expectations)
+        return self._elbo_projection(X, y, scale, expectations)[0]
+
+    def _elbo_projection(self, X, y, scale, expectations):
+        """(ELBO with the data term ``expectations(y, mean, var)`` scaled by ``scale``, the
+        projection at X)."""
+        p, kl = self._project(X, kl=True)
+        return scale * jnp.sum(expectations(y, p.mean, p.var)) - kl, p
+
+    def _input_dim(self) -> int:
+        if self.inducing is None:
+            raise ValueError("this VGP is not bound to data yet: use augmentedgp.fit(model, X, "
+                             "y) or model.bind(X)")
+        return self.inducing.value.shape[1]
+
+    def _data(self, X, y, name="X"):
+        X = check_X(X, name, d=self._input_dim())
+        y = self.likelihood.targets(y, X.shape[0], "y" if name == "X" else "ynew")
+        return jnp.asarray(X), jnp.asarray(y)
+
+    def elbo(self, X, y, num_data: int | None = None, augmented: bool = False) -> float:
+        """The evidence lower bound on (X, y); with ``num_data`` the minibatch estimate
+        (num_data / len(X)) sum E[log p] - KL of the bound on num_data points. With
+        ``augmented=True`` the bound of the augmented model at the optimal q(w) (what
+        AnalyticVI maximises; never above the plain bound)."""
+        _check_augmented(self.likelihood, augmented)
+        X, y = self._data(X, y)
+        scale = 1.0 if num_data is None else num_data / X.shape[0]
+        return float(_elbo_jit(self, X, y, jnp.asarray(scale), augmented))
+
+    # --- predictions ----------------------------------------------------------------------
+
+    def _check_new(self, Xnew):
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self._input_dim()))
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov;
+        with C latent functions (n*, C) and (n*, C), or (C, n*, n*)."""
+        return _predict_f(self, self._check_new(Xnew), full_cov)
+
+    def _moments(self, Xnew, full_cov: bool = False):
+        """predict_f without validation (traceable)."""
+        return _predict_f(self, Xnew, full_cov)
+
+    @property
+    def num_inducing(self) -> int:
+        self._input_dim()
+        return int(self.inducing.value.shape[0])
+
+
+class VGP(SVGP):
+    """Full (non-sparse) variational GP: q(f(X)) = N(m, S) at the n training inputs
+    (Opper & Archambeau 2009), any likelihood. ``fit`` binds it to X (Z = X, fixed)."""
+
+    q_kind: str = eqx.field(static=True, default="whitened")
+
+    def __init__(self, kernel, likelihood, *, mean=None, q: str = "whitened"):
+        self.kernel, self.mean, self.latent_kernels, self.latent_means = latent_prior(
+            kernel, likelihood, mean)
+        self.likelihood = likelihood
+        make_q(q, jnp.eye(1))  # validates the kind
+        self.inducing, self.q, self.q_kind = None, None, q
+
+    def bind(self, X) -> VGP:
+        """This model with its latent values at the rows of X (q at the prior), unless it
+        is already bound to X."""
+        X = check_X(X)
+        if self.inducing is not None and np.array_equal(np.asarray(self.inducing.value), X):
+            return self
+        return eqx.tree_at(lambda m: (m.inducing, m.q), self,
+                           (fixed(real(X, "inducing")), self._initial_q(self.q_kind,
+                                                                        jnp.asarray(X))),
+                           is_leaf=lambda x: x is None)
+
+
+# --- SGPR ------------------------------------------------------------------------------
+
+
+def _lowrank_terms(r, A, d):
+    """(log N(r | 0, A^T A + diag(d)), L_B, c) with B = I + A D^-1 A^T and
+    c = L_B^-1 A D^-1 r, in O(n M^2) (matrix determinant lemma and Woodbury)."""
+    Ad = A / jnp.sqrt(d)
+    LB = linalg.cholesky(jnp.eye(A.shape[0], dtype=A.dtype) + Ad @ Ad.T)
+    c = linalg.solve_lower(LB, A @ (r / d))
+    quad = jnp.sum(r**2 / d) - jnp.sum(c**2)
+    logdet = linalg.logdet_chol(LB) + jnp.sum(jnp.log(d))
+    return -0.5 * (r.shape[0] * _LOG_2PI + logdet + quad), LB, c
+
+
+class SGPR(eqx.Module):
+    """Sparse GP regression with u integrated out: Titsias' collapsed bound ("vfe",
+    default), or the DTC / FITC approximate marginal likelihoods ("dtc", "fitc")."""
+
+    kernel: Kernel
+    likelihood: Gaussian
+    mean: Mean
+    inducing: Parameter
+    method: str = eqx.field(static=True, default="vfe")
+
+    def __init__(self, kernel, inducing, *, noise=None, likelihood=None, mean=None,
+                 method: str = "vfe"):
+        if likelihood is not None and noise is not None:
+            raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
+        likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
+        _check_kernel_likelihood(kernel, likelihood)
+        if not isinstance(likelihood, Gaussian):
+            raise ValueError("SGPR needs a Gaussian likelihood; use SVGP for "
+                             f"{type(likelihood).__name__}")
+        if method not in ("vfe", "dtc", "fitc"):
+            raise ValueError(f"method must be 'vfe', 'dtc' or 'fitc', got {method!r}")
+        self.kernel, self.likelihood, self.method = kernel, likelihood, method
+        self.mean = Zero() if mean is None else mean
+        self.inducing = inducing_parameter(inducing)
+
+    def _terms(self, X, y, method=None):
+        method = method or self.method
+        Z = self.inducing.value
+        Lmm, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
+        residual_var = self.kernel.diag(X) - jnp.sum(A**2, 0)  # diag(K - Q)
+        s2 = self.likelihood.variance.value
+        d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
+        return A, y - self.mean(X), d, residual_var, s2
+
+    def _objective(self, X, y, method=None):
+        method = method or self.method
+        A, r, d, resid, s2 = self._terms(X, y, method)
+        value = _lowrank_terms(r, A, d)[0]
+        if method == "vfe":
+            value = value - 0.5 * jnp.sum(resid) / s2  # seed 001 eq. 2.17
+        return value
+
+    def _upper_bound(self, X, y):
+        A, r, d, resid, s2 = self._terms(X, y, "vfe")  # seed 004 B.4, c = tr(K - Q)
+        lower_det = _lowrank_terms(jnp.zeros_like(r), A, d)[0]
+        tail = _lowrank_terms(r, A, d + jnp.sum(resid))[0] - _lowrank_terms(
+            jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
+        return lower_det + tail
+
+    def _data(self, X, y):
+        X = check_X(X, d=self.inducing.value.shape[1])
+        return jnp.asarray(X), jnp.asarray(check_y(y, X.shape[0]))
+
+    def objective(self, X, y) -> float:
+        """The training objective: the collapsed bound (vfe) or log marginal likelihood
+        of the DTC / FITC approximation."""
+        return float(_sgpr_objective(self, *self._data(X, y)))
+
+    def elbo(self, X, y) -> float:
+        """Titsias' collapsed lower bound on log p(y) (whatever ``method``)."""
+        return float(_sgpr_elbo(self, *self._data(X, y)))
+
+    def upper_bound(self, X, y) -> float:
+        """Titsias' upper bound on log p(y) (seed 004 B.4): a diagnostic of the gap."""
+        return float(_sgpr_upper(self, *self._data(X, y)))
+
+    def optimal_q(self, X, y) -> NaturalQ:
+        """The closed-form q(u) of the method, as whitened natural parameters."""
+        return _sgpr_q(self, *self._data(X, y))
+
+    def to_svgp(self, X, y) -> SVGP:
+        """An SVGP holding this model's optimal q(u): predictions without the data."""
+        return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
+                    q=_sgpr_q(self, *self._data(X, y)))
+
+
+@eqx.filter_jit
+def _sgpr_objective(model, X, y):
+    return model._objective(X, y)
+
+
+@eqx.filter_jit
+def _sgpr_elbo(model, X, y):
+    return model._objective(X, y, "vfe")
+
+
+@eqx.filter_jit
+def _sgpr_upper(model, X, y):
+    return model._upper_bound(X, y)
+
+
+@eqx.filter_jit
+def _sgpr_q(model, X, y):
+    A, r, d, _, _ = model._terms(X, y)
+    P = jnp.eye(A.shape[0], dtype=A.dtype) + (A / d) @ A.T
+    return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
+
+
+@eqx.filter_jit
+def _elbo_jit(model, X, y, scale, augmented=False):
+    return model._elbo(X, y, scale, augmented)
+
+
+def _check_augmented(likelihood, augmented):
+    if augmented and not isinstance(likelihood, Augmented):
+        raise ValueError(f"{type(likelihood).__name__} has no augmentation")
+
+
+@eqx.filter_jit
+def _predict_f(model, Xnew, full_cov):
+    p = model.project(Xnew, full_cov)
+    return p.mean, p.var
+
+
+class SparsePosterior(Predictive):
+    """A fitted SGPR / SVGP / VGP: the model (with its q(u)), the training data and the
+    training history. Predictions need only the model; ``elbo()`` uses the data."""
+
+    model: SVGP
+    X: jax.Array
+    y: jax.Array
+    history: object = eqx.field(static=True, default=None)
+
+    def predict_f(self, Xnew, full_cov: bool = False):
+        return self.model.predict_f(Xnew, full_cov)
+
+    def _moments(self, Xnew, full_cov: bool = False):
+        return self.model._moments(Xnew, full_cov)
+
+    def _check_new(self, Xnew):
+        return self.model._check_new(Xnew)
+
+    def elbo(self, augmented: bool = False) -> float:
+        """The SVGP evidence lower bound on the full training data (``augmented=True``: the
+        augmented model's bound at the optimal q(w), see :meth:`SVGP.elbo`)."""
+        _check_augmented(self.likelihood, augmented)
+        if self.X is None:
+            raise ValueError("this posterior holds no training data (fitted by "
+                             "augmentedgp.distributed.fit); use model.elbo(X, y) on the data")
+        return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
+
+    def augmentation_gap(self) -> float:
+        """elbo() - elbo(augmented=True) = sum_i E_q[log phi(h_i^2)] - log phi(E_q[h_i^2])
+        >= 0: how much the augmented bound gives away at this q(f) (thesis App. A.4.3)."""
+        return self.elbo() - self.elbo(augmented=True)
+
+    @property
+    def kernel(self):
+        return self.model.kernel
+
+    @property
+    def likelihood(self):
+        return self.model.likelihood
+
+    @property
+    def inducing(self):
+        return self.model.inducing.value
+
+
+__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "latent_prior",
+           "inducing_parameter"]

@@ -1,0 +1,7 @@
+"""Training: ``fit`` for every model and inference method, the one variational iteration it
+shares with the distributed executors (``augmentedgp.training.distributed``, loaded on first
+use because it needs Dask for clusters)."""
+
+from augmentedgp.training.fit import fit, perturb
+
+__all__ = ["fit", "perturb"]

@@ -1,0 +1,634 @@
+"""Scale-out: augmented variational inference as map-reduce over partitions of the data.
+
+The AnalyticVI / AnalyticSVI updates touch the data only through sums over points
+(thesis ch. 3 Algorithm 1 and eq. 12, ch. 5 Algorithm 3): the data term of the bound
+sum_i E[log p(y_i | f_i)] (at the optimal q(w_i)), its gradient in the hyperparameters,
+and the natural-gradient statistics sum_i beta_i a_i and sum_i gamma_i a_i a_i^T with
+a_i = Lmm^-1 k_Z(x_i) (:func:`augmentedgp.natgrad.site_statistics`). Each partition
+computes its sums where it lives (:func:`partition_statistics`); the driver adds them in
+partition order and takes exactly the step of :func:`augmentedgp.fit` -- Adam on the
+hyperparameters, the natural step on q(u), the same minibatches from the same key and the
+same stopping rule in the same training loop -- so the result equals the single-machine
+fit up to rounding. Communication per partition and iteration is O(M^2 + #hyperparameters).
+
+Two executors run the map:
+
+- **Dask** (default): partitions live on the workers of a dask.distributed cluster (a
+  ``LocalCluster`` of ``n_workers`` processes unless ``client`` names one). Arrays and
+  dataframes are persisted in the workers' memory; directories of Parquet / CSV / npz
+  files are streamed, each file read on a worker at every pass, so they may be larger
+  than the memory of the whole cluster. A lost worker costs only a recomputation: every
+  partition is recomputable from its source and the driver's sum does not depend on where
+  a partition ran.
+- **JAX devices** (``devices=``): in-memory data sharded over the rows across devices
+  (``jax.sharding``), the statistics summed with ``psum`` inside one compiled step.
+
+The driver can checkpoint (``checkpoint=dir``): every chunk it writes the training state
+(hyperparameters, q(u), optimizer, schedule, iteration, minibatch stream) and the
+history; a fit started again with the same directory resumes there and ends where the
+uninterrupted fit would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from augmentedgp.core import linalg
+from augmentedgp.core.loop import optax_optimizer, run_steps
+from augmentedgp.core.params import log_prior, partition_trainable
+from augmentedgp.core.validation import check_X
+from augmentedgp.inference.vi import _VariationalInference
+from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
+from augmentedgp.training.fit import _batch, _with_q
+from augmentedgp.variational.families import SiteQ
+from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
+
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
+
+
+class Statistics(NamedTuple):
+    """The sums over one partition's (weighted) points that the driver's step needs."""
+
+    value: jax.Array  # sum_i w_i E_q[log p(y_i | f_i)] (unscaled data term of the bound)
+    grad: object  # its gradient in the hyperparameters (zeros when not asked for)
+    s1: jax.Array  # sum_i w_i beta_i a_i                        (M,) or (C, M)
+    S2: jax.Array  # sum_i w_i gamma_i a_i a_i^T                 (M, M) or (C, M, M)
+
+
+def partition_statistics(hyp, q, static, inference, X, y, w, key, need_grad: bool):
+    """:class:`Statistics` of the points (X, y) with weights w (1 for data, 0 for padding)
+    at the model ``combine(hyp with q, static)``."""
+    model_of = lambda h: eqx.combine(_with_q(h, q), static)
+    multi = model_of(hyp).num_latent > 1
+
+    def data_term(h):
+        model = model_of(h)
+        p, _ = model._project(X)
+        e = inference.expectations(model.likelihood, y, p.mean, p.var, key)
+        return jnp.sum(w * e), p
+
+    if need_grad:
+        (value, p), grad = jax.value_and_grad(data_term, has_aux=True)(hyp)
+    else:
+        (value, p), grad = data_term(hyp), jax.tree_util.tree_map(jnp.zeros_like, hyp)
+    p = jax.tree_util.tree_map(lax.stop_gradient, p)
+    beta, gamma = inference.sites(model_of(hyp).likelihood, y, p.mean, p.var, p.prior_mean,
+                                  key)
+    wl = w[:, None] if multi else w
+    return Statistics(value, grad, *site_statistics(p.A, wl * beta, wl * gamma, multi))
+
+
+_statistics = eqx.filter_jit(partition_statistics)
+
+
+def _select(carry, n: int, batch_size):
+    """The rows of step t -- the same draw as :func:`augmentedgp.fit` makes from the same
+    key -- with the advanced key and permutation and the scale n / |B|."""
+    rows = jnp.arange(n)
+    rows, _, key, perm, scale = _batch(rows, rows, carry[4], carry[5], carry[6], batch_size)
+    return rows, key, perm, scale
+
+
+def _update(carry, stats, key, perm, scale, do_hyper, static, inference, opt):
+    """The driver's half of one iteration: the objective -(scale * data - KL + log prior),
+    an optimizer step on the hyperparameters (when ``do_hyper``) with the data gradient
+    from the partitions, and the natural step on q(u) from the summed statistics."""
+    hyp, q, opt_state, sched, t = carry[:5]
+    model_of = lambda h: eqx.combine(_with_q(h, q), static)
+    prior_value, prior_grad = jax.value_and_grad(
+        lambda h: model_of(h).prior_kl() - log_prior(model_of(h)))(hyp)
+    value = -scale * stats.value + prior_value
+
+    def hyper_step(_):
+        grad = jax.tree_util.tree_map(lambda d, g: -scale * d + g, stats.grad, prior_grad)
+        updates, state = opt.update(grad, opt_state, hyp)
+        return eqx.apply_updates(hyp, updates), state
+
+    new_hyp, opt_state = lax.cond(do_hyper, hyper_step, lambda _: (hyp, opt_state), None)
+    model = model_of(hyp)
+    Z = model.inducing.value
+    Lmm = model._per_latent(lambda k, m: linalg.cholesky(k(Z)), lambda qq, L: L)
+    new_q, rho, sched = statistics_step(
+        model.q, Lmm, (stats.s1, stats.S2), scale, lambda d: inference.step_size.rate(sched, t, d),
+        inference.psd_sites, model.num_latent > 1)
+    return ((new_hyp, partition_trainable(new_q)[0], opt_state, sched, t + 1, key, perm),
+            (value, rho))
+
+
+_select_jit = eqx.filter_jit(_select)
+_update_jit = eqx.filter_jit(_update)
+
+
+# --- the JAX-devices executor ------------------------------------------------------------
+
+
+def _device_step(carry, args):
+    """One iteration as one program: the rows' statistics sharded over the mesh's devices
+    (``shard_map``, summed with ``psum``), then the driver's update."""
+    static, inference, opt, every, X, y, mesh, n = args
+    rows, key, perm, scale = _select(carry, n, inference.batch_size)
+    if inference.batch_size is not None:
+        X, y = X[rows], y[rows]
+    D = mesh.devices.size
+    pad = -X.shape[0] % D  # equal shards: padding rows (copies of row 0) with weight 0
+    w = jnp.concatenate([jnp.ones(X.shape[0], X.dtype), jnp.zeros(pad, X.dtype)])
+    X = jnp.concatenate([X, jnp.broadcast_to(X[:1], (pad, *X.shape[1:]))])
+    y = jnp.concatenate([y, jnp.broadcast_to(y[:1], (pad, *y.shape[1:]))])
+    mc_key = jax.random.fold_in(key, carry[4])
+    spec = jax.sharding.PartitionSpec("data")
+
+    def sharded(need_grad):
+        def local(hyp, q, X, y, w):
+            key_d = jax.random.fold_in(mc_key, lax.axis_index("data"))
+            s = partition_statistics(hyp, q, static, inference, X, y, w, key_d, need_grad)
+            return jax.tree_util.tree_map(lambda a: lax.psum(a, "data"), s)
+
+        rep = jax.sharding.PartitionSpec()
+        return jax.shard_map(local, mesh=mesh, in_specs=(rep, rep, spec, spec, spec),
+                             out_specs=rep, check_vma=False)(carry[0], carry[1], X, y, w)
+
+    do_hyper = carry[4] % every == 0
+    stats = sharded(True) if every == 1 else lax.cond(do_hyper, lambda: sharded(True),
+                                                      lambda: sharded(False))
+    return _update(carry, stats, key, perm, scale, do_hyper, static, inference, opt)
+
+
+# --- the Dask executor -------------------------------------------------------------------
+
+
+def _to_numpy(tree):
+    """The tree with its JAX arrays as numpy arrays (what crosses process boundaries)."""
+    return jax.tree_util.tree_map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x,
+                                  tree)
+
+
+def _bucket(k: int, bits: int) -> int:
+    """Padded row count: k rounded up to a number with ``bits`` significant bits (>= 8), so
+    that a worker compiles a few programs per octave of sizes, not one per size; padding
+    wastes at most 2^(1 - bits) of the work (bits=1: powers of two)."""
+    if k <= 8:
+        return 8
+    shift = max(k.bit_length() - bits, 0)
+    return -(-k >> shift) << shift
+
+
+_STATIC: dict = {}  # on a worker: token -> the unpickled (static model part, inference)
+
+
+def _static_payload(static, inference):
+    """(token, pickled bytes) of the fit's constant part. Workers unpickle a token once and
+    keep the objects, so the compiled statistics are reused across iterations and fits
+    (a fresh unpickled copy would be a new jit cache key, and compile again)."""
+    import cloudpickle
+
+    blob = cloudpickle.dumps(_to_numpy((static, inference)))
+    return hashlib.sha256(blob).hexdigest(), blob
+
+
+def _worker_statistics(part, static_payload, arrays, rows, key_data, need_grad):
+    """Run on a worker: the Statistics of a partition (or of its ``rows``), as numpy."""
+    import cloudpickle
+
+    token, blob = static_payload
+    if token not in _STATIC:
+        if len(_STATIC) >= 16:
+            _STATIC.pop(next(iter(_STATIC)))
+        _STATIC[token] = cloudpickle.loads(blob)
+    static, inference = _STATIC[token]
+    hyp, q = arrays
+    X, y = part
+    # whole partitions are padded finely (they are large), minibatch shares to powers of two
+    rows, bits = (np.arange(X.shape[0]), 4) if rows is None else (rows, 1)
+    size = _bucket(len(rows), bits)
+    w = np.zeros(size)
+    w[: len(rows)] = 1.0  # padding rows (copies of row 0) have weight 0
+    if size > len(rows) or bits == 1:
+        rows = np.concatenate([rows, np.zeros(size - len(rows), rows.dtype)])
+        X, y = X[rows], y[rows]
+    key = jax.random.wrap_key_data(key_data)
+    return _to_numpy(_statistics(hyp, q, static, inference, X, y, w, key, need_grad))
+
+
+def _prepare(raw, likelihood, d, name):
+    """Run on a worker: a partition's (X, y) validated and converted (float64 inputs,
+    the likelihood's target encoding), with the partition named in any error."""
+    X, y = raw
+    try:
+        X = check_X(np.asarray(X), "X", d=d)
+        if X.shape[0] == 0:
+            raise ValueError("it has no rows")
+        y = np.asarray(likelihood.targets(np.asarray(y), X.shape[0]))
+    except ValueError as err:
+        raise ValueError(f"partition {name}: {err}") from None
+    return np.ascontiguousarray(X), y
+
+
+def _rows(part):
+    return part[0].shape[0]
+
+
+def _pair(X, y):
+    return X, y
+
+
+def _frame_xy(frame, target, features):
+    """(X, y) from a pandas DataFrame: ``features`` (default: every column but the target)."""
+    if target not in frame.columns:
+        raise ValueError(f"the target column {target!r} is not among the columns "
+                         f"{list(frame.columns)}")
+    cols = [c for c in frame.columns if c != target] if features is None else list(features)
+    missing = [c for c in cols if c not in frame.columns]
+    if missing:
+        raise ValueError(f"feature columns {missing} are missing")
+    bad = [c for c in cols if not np.issubdtype(frame[c].dtype, np.number)]
+    if bad:
+        raise ValueError(f"feature columns {bad} are not numeric")
+    return frame[cols].to_numpy(dtype=float, copy=True), frame[target].to_numpy(copy=True)
+
+
+def _read_file(path, target, features):
+    """Run on a worker: one file of a directory source as (X, y)."""
+    fmt = _FORMATS[Path(path).suffix.lower()]
+    if fmt == "npz":
+        with np.load(path, allow_pickle=False) as f:
+            if "X" not in f or "y" not in f:
+                raise ValueError(f"{path}: an npz partition needs arrays 'X' and 'y', has "
+                                 f"{sorted(f.files)}")
+            return f["X"], f["y"]
+    import pandas as pd
+
+    if target is None:
+        raise ValueError(f"{path}: give target= (the name of the target column)")
+    frame = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
+    try:
+        return _frame_xy(frame, target, features)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _files(path):
+    """The partition files of a directory (or a glob), sorted, of one supported format."""
+    path = str(path)
+    base = Path(path)
+    files = sorted(base.iterdir()) if base.is_dir() else sorted(map(Path, glob.glob(path)))
+    if not base.is_dir() and not files:
+        raise ValueError(f"{path} is neither a directory nor a glob matching files")
+    files = [f for f in files if f.is_file() and not f.name.startswith((".", "_"))]
+    kinds = {_FORMATS.get(f.suffix.lower()) for f in files}
+    if not files or None in kinds or len(kinds) > 1:
+        raise ValueError(f"{path} must hold files of one format ({', '.join(sorted(_FORMATS))}),"
+                         f" found {sorted({f.suffix or f.name for f in files}) or 'none'}")
+    return [str(f) for f in files]
+
+
+class _Data(NamedTuple):
+    parts: list  # Delayed (or persisted Delayed) values of the prepared (X, y)
+    counts: list  # rows per partition
+
+
+def _partitions(data, likelihood, d, target, features, n_partitions, persist, client,
+                progress):
+    """The data as prepared partitions on the cluster, with their row counts."""
+    import dask
+    import dask.array as da
+    import dask.dataframe as dd
+    from dask.delayed import Delayed
+
+    if isinstance(data, str | os.PathLike):
+        names = _files(data)
+        raws = [dask.delayed(_read_file)(f, target, features) for f in names]
+        persist = False if persist is None else persist
+    elif isinstance(data, dd.DataFrame):
+        if target is None:
+            raise ValueError("a dataframe needs target= (the name of the target column)")
+        raws = [dask.delayed(_frame_xy)(p, target, features) for p in data.to_delayed()]
+        names = [f"{i}" for i in range(len(raws))]
+    elif isinstance(data, list | tuple) and data and all(isinstance(p, Delayed) for p in data):
+        raws, names = list(data), [f"{i}" for i in range(len(data))]
+    elif isinstance(data, tuple) and len(data) == 2:
+        X, y = data
+        if not isinstance(X, da.Array):
+            Xn = check_X(np.asarray(X) if not hasattr(X, "to_numpy") else X.to_numpy())
+            n = Xn.shape[0]
+            k = n_partitions or max(1, min(n, 2 * _n_workers(client)))
+            X = da.from_array(Xn, chunks=(-(-n // k), -1))
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got {X.ndim} dimensions")
+        X = X.rechunk({1: -1})
+        y = da.asarray(np.asarray(y) if not isinstance(y, da.Array) else y)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} rows, X has {X.shape[0]}")
+        y = y.rechunk({0: X.chunks[0], **{i: -1 for i in range(1, y.ndim)}})
+        xs, ys = X.to_delayed().ravel(), y.to_delayed().ravel()
+        raws = [dask.delayed(_pair)(a, b) for a, b in zip(xs, ys, strict=True)]
+        names = [f"rows {o}-{o + c - 1}" for o, c in zip(np.cumsum((0, *X.chunks[0])),
+                                                          X.chunks[0], strict=False)]
+    else:
+        raise ValueError("data must be (X, y) arrays (numpy or dask), a dask DataFrame with "
+                         "target=, a directory or glob of Parquet / CSV / npz files, or a list "
+                         f"of dask.delayed values of (X, y); got {type(data).__name__}")
+    persist = True if persist is None else persist
+    likelihood = _to_numpy(likelihood)
+    parts = [dask.delayed(_prepare)(r, likelihood, d, nm) for r, nm in zip(raws, names,
+                                                                           strict=True)]
+    if persist:
+        parts = client.persist(parts)
+    futures = client.compute([dask.delayed(_rows)(p) for p in parts])
+    counts = _gather(client, futures, progress, "reading partitions")
+    return _Data(parts, [int(c) for c in counts])
+
+
+def _n_workers(client):
+    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+
+def _gather(client, futures, progress, what):
+    """Results of the futures in order, with a progress bar over them."""
+    from distributed import as_completed
+
+    progress.start(what, len(futures))
+    for _ in as_completed(futures):
+        progress.advance()
+    return client.gather(futures)
+
+
+class _PartitionBar:
+    """A rich progress bar over the partitions of the current pass (verbose), or nothing."""
+
+    def __init__(self, verbose):
+        self.bar, self.task = None, None
+        if verbose:
+            from rich.progress import Progress
+
+            self.bar = Progress(*Progress.get_default_columns(), "[cyan]{task.fields[info]}")
+
+    def start(self, what, total, info=""):
+        if self.bar is None:
+            return
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task(what, total=total, info=info)
+        self.bar.reset(self.task, total=total, description=what, info=info)
+
+    def advance(self):
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def stop(self):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class _DaskMap:
+    """The map and reduce of one iteration on a Dask cluster."""
+
+    def __init__(self, client, data, static, inference, progress):
+        import dask
+
+        self.client, self.data, self.progress = client, data, progress
+        self.static = client.persist(dask.delayed(_static_payload(static, inference),
+                                                  traverse=False))
+        self.offsets = np.cumsum([0, *data.counts])
+
+    def __call__(self, hyp, q, rows, key, need_grad, iteration):
+        import dask
+
+        arrays = dask.delayed(_to_numpy((hyp, q)), traverse=False)
+        tasks = []
+        for p, part in enumerate(self.data.parts):
+            if rows is None:
+                local = None
+            else:
+                lo, hi = self.offsets[p], self.offsets[p + 1]
+                local = rows[(rows >= lo) & (rows < hi)] - lo
+                if local.size == 0:
+                    continue
+            tasks.append(dask.delayed(_worker_statistics, pure=False)(
+                part, self.static, arrays, local,
+                np.asarray(jax.random.key_data(jax.random.fold_in(key, p))), need_grad))
+        results = _gather(self.client, self.client.compute(tasks), self.progress,
+                          f"iteration {iteration + 1}")
+        # in partition order whatever the workers: the sum does not depend on the schedule
+        return jax.tree_util.tree_map(lambda *xs: sum(xs[1:], xs[0]), *results)
+
+
+def _dask_step(carry, args):
+    static, inference, opt, every, mapper, n = args
+    rows, key, perm, scale = _select_jit(carry, n, inference.batch_size)
+    t = int(carry[4])
+    do_hyper = t % every == 0
+    rows = None if inference.batch_size is None else np.asarray(rows)
+    stats = mapper(carry[0], carry[1], rows, jax.random.fold_in(key, t), do_hyper, t)
+    stats = jax.tree_util.tree_map(jnp.asarray, stats)
+    return _update_jit(carry, stats, key, perm, jnp.asarray(scale), jnp.asarray(do_hyper),
+                       static, inference, opt)
+
+
+def _loop(step, carry, args, length):
+    """The training loop's chunk as a driver loop (each step leaves the process)."""
+    out = []
+    for _ in range(length):
+        carry, o = step(carry, args)
+        out.append(o)
+    return carry, tuple(np.array([float(o[i]) for o in out]) for i in range(2))
+
+
+# --- checkpoints -------------------------------------------------------------------------
+
+
+def _leaves(carry):
+    """The carry's leaves as numpy (PRNG keys as their key data)."""
+    out = []
+    for leaf in jax.tree_util.tree_leaves(carry):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        out.append(np.asarray(leaf))
+    return out
+
+
+def _fingerprint(carry, n, inference, chunk_size):
+    spec = [str(jax.tree_util.tree_structure(carry)), n, repr(inference), chunk_size,
+            [(a.shape, str(a.dtype)) for a in _leaves(carry)]]
+    return hashlib.sha256(json.dumps(spec, default=str).encode()).hexdigest()
+
+
+def _save_checkpoint(path: Path, carry, history, fingerprint):
+    path.mkdir(parents=True, exist_ok=True)
+    arrays = {f"leaf{i}": a for i, a in enumerate(_leaves(carry))}
+    arrays.update(values=np.asarray(history[0]), sizes=np.asarray(history[1]),
+                  times=np.asarray(history[2]))
+    tmp = path / ".checkpoint.npz.tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    meta = path / ".checkpoint.json.tmp"
+    meta.write_text(json.dumps({"fingerprint": fingerprint, "iteration": len(history[0])}))
+    os.replace(tmp, path / "checkpoint.npz")  # the arrays first: the json names a whole file
+    os.replace(meta, path / "checkpoint.json")
+
+
+def _load_checkpoint(path: Path, carry, fingerprint):
+    """(carry, history) saved in path, or None if there is no checkpoint."""
+    if not (path / "checkpoint.json").is_file():
+        return None
+    meta = json.loads((path / "checkpoint.json").read_text())
+    if meta.get("fingerprint") != fingerprint:
+        raise ValueError(f"the checkpoint in {path} was written by a different fit (model, "
+                         "data size, inference or chunk_size differ); remove it or use "
+                         "another checkpoint directory")
+    with np.load(path / "checkpoint.npz", allow_pickle=False) as f:
+        saved = [f[f"leaf{i}"] for i in range(len(jax.tree_util.tree_leaves(carry)))]
+        history = (f["values"].tolist(), f["sizes"].tolist(), f["times"].tolist())
+    leaves, treedef = jax.tree_util.tree_flatten(carry)
+    restored = [jax.random.wrap_key_data(jnp.asarray(a), impl=jax.random.key_impl(old))
+                if jnp.issubdtype(old.dtype, jax.dtypes.prng_key) else jnp.asarray(a)
+                for a, old in zip(saved, leaves, strict=True)]
+    return jax.tree_util.tree_unflatten(treedef, restored), history
+
+
+# --- the public entry point --------------------------------------------------------------
+
+
+def fit(model, data, inference=None, *, target=None, features=None, client=None,
+        n_workers: int = 2, n_partitions: int | None = None, persist: bool | None = None,
+        devices=None, optimizer=None, max_iter: int = 1000, learning_rate: float = 0.01,
+        tol: float = 1e-6, key=None, callback=None, verbose: bool = False,
+        chunk_size: int = 50, window: int = 20, hyper_every: int = 1, checkpoint=None):
+    """Fit an SVGP on partitioned data; returns its :class:`SparsePosterior` (which holds no
+    training data: ``X`` and ``y`` are None).
+
+    ``inference``: ``AnalyticVI()`` (default; full batch) or ``AnalyticSVI(batch_size)``
+    (the same minibatches as :func:`augmentedgp.fit` draws from ``key``, each partition
+    contributing its rows of the batch), or the quadrature counterparts with natural steps.
+    ``optimizer``, ``max_iter``, ``learning_rate``, ``tol``, ``key``, ``callback``,
+    ``chunk_size``, ``window`` and ``hyper_every`` are those of :func:`augmentedgp.fit`.
+
+    ``data``: ``(X, y)`` as numpy arrays (split into ``n_partitions``, default two per
+    worker) or dask arrays (their row chunks); a dask DataFrame with ``target`` (and
+    ``features``, default the other columns); a directory or glob of Parquet, CSV (with
+    ``target``) or npz files (arrays ``X`` and ``y``), one partition per file, streamed
+    unless ``persist=True``; or a list of ``dask.delayed`` values of (X, y).
+
+    ``client``: a ``dask.distributed.Client`` or a scheduler address; None starts a
+    ``LocalCluster`` of ``n_workers`` single-threaded processes for this fit.
+    ``devices``: a list of JAX devices (or their number) to shard in-memory ``(X, y)`` over
+    instead of Dask. ``checkpoint``: a directory for the driver's checkpoint (written every
+    ``chunk_size`` iterations); a fit given a directory holding one resumes from it.
+    ``verbose``: progress bars over iterations and partitions.
+    """
+    from augmentedgp.inference.vi import AnalyticVI
+
+    inference = AnalyticVI() if inference is None else inference
+    _check(model, inference, hyper_every, max_iter)
+    hyper_every = int(hyper_every)
+    params, static = partition_trainable(model)
+    hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
+    opt = optax_optimizer(optimizer or "adam", learning_rate)
+    key = jax.random.key(0) if key is None else key
+    sched = inference.step_size.init(direction_size(q, model.num_latent))
+    d = model._input_dim()
+    with contextlib.ExitStack() as stack:
+        if devices is not None:
+            if not isinstance(data, tuple) or len(data) != 2:
+                raise ValueError("devices= shards in-memory data: give data as (X, y) arrays")
+            X, y = model._data(*data)
+            n = X.shape[0]
+            mesh = _mesh(devices)
+            step, runner = _device_step, None
+            args = (static, inference, opt, hyper_every, X, y, mesh, n)
+        else:
+            client = _client(client, n_workers, stack)
+            bar = _PartitionBar(verbose)
+            stack.callback(bar.stop)
+            parts = _partitions(data, model.likelihood, d, target, features, n_partitions,
+                                persist, client, bar)
+            n = sum(parts.counts)
+            mapper = _DaskMap(client, parts, static, inference, bar)
+            step, runner = _dask_step, _loop
+            args = (static, inference, opt, hyper_every, mapper, n)
+        if inference.batch_size is not None and inference.batch_size > n:
+            raise ValueError(f"batch_size {inference.batch_size} exceeds the {n} data points")
+        carry = (hyp, q, opt.init(hyp), sched, jnp.asarray(0), key, jnp.arange(n))
+        on_chunk, resume = None, None
+        if checkpoint is not None:
+            path, fp = Path(checkpoint), _fingerprint(carry, n, inference, chunk_size)
+            loaded = _load_checkpoint(path, carry, fp)
+            if loaded is not None:
+                carry, resume = loaded
+            on_chunk = lambda c, h: _save_checkpoint(path, c, h, fp)
+        if devices is not None:  # replicated on the mesh, as the step returns it: one compile
+            replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            carry, X, y = jax.device_put((carry, X, y), replicated)
+            args = (static, inference, opt, hyper_every, X, y, mesh, n)
+        to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
+        carry, hist = run_steps(step, carry, args, to_model, max_iter=max_iter, tol=tol,
+                                chunk_size=chunk_size, window=window, callback=callback,
+                                verbose=verbose and devices is not None, runner=runner,
+                                on_chunk=on_chunk, resume=resume)
+    return SparsePosterior(to_model(carry), None, None, hist)
+
+
+def _check(model, inference, hyper_every, max_iter):
+    if not isinstance(model, SVGP) or isinstance(model, VGP):
+        raise ValueError("distributed.fit fits SVGP models (inducing points keep the "
+                         f"communication O(M^2)); got {type(model).__name__}")
+    if not isinstance(inference, _VariationalInference) or not inference.natural:
+        raise ValueError("distributed.fit needs AnalyticVI, AnalyticSVI, QuadratureVI or "
+                         f"QuadratureSVI with natural steps, got {inference!r}")
+    inference.check(model)
+    if isinstance(model.q, SiteQ):
+        raise ValueError("q='site' takes a Fisher step that is not a sum over points; use "
+                         "another q parameterisation")
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if int(hyper_every) != hyper_every or hyper_every < 1:
+        raise ValueError(f"hyper_every must be a positive integer, got {hyper_every!r}")
+
+
+def _mesh(devices):
+    available = jax.devices()
+    if isinstance(devices, int):
+        if not 1 <= devices <= len(available):
+            raise ValueError(f"devices={devices}, but JAX sees {len(available)} device(s) "
+                             "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+        devices = available[:devices]
+    devices = list(devices)
+    if not devices:
+        raise ValueError("devices is empty")
+    return jax.sharding.Mesh(np.array(devices), ("data",))
+
+
+def _client(client, n_workers, stack):
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ImportError("distributed.fit on a Dask cluster needs dask and distributed: "
+                          'pip install "augmentedgp[distributed]" (or pass devices= to shard '
+                          "over JAX devices)") from None
+
+    if isinstance(client, Client):
+        return client
+    if isinstance(client, str):
+        return stack.enter_context(Client(client))
+    if client is not None:
+        raise ValueError(f"client must be a dask.distributed Client, a scheduler address or "
+                         f"None, got {client!r}")
+    if int(n_workers) != n_workers or n_workers < 1:
+        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+    cluster = stack.enter_context(LocalCluster(n_workers=int(n_workers), threads_per_worker=1,
+                                               processes=True, dashboard_address=":0"))
+    return stack.enter_context(Client(cluster))
+
+
+__all__ = ["fit", "partition_statistics", "Statistics"]

@@ -1,0 +1,279 @@
+"""``fit``: optimise a model and return the fitted posterior.
+
+- ``GP``: type-II maximum likelihood (MAP with priors) of the exact, Laplace or EP
+  marginal likelihood, then conditioning;
+- ``SGPR``: the same on the collapsed bound (or the DTC / FITC likelihood);
+- ``SVGP`` / ``VGP``: variational inference, one jitted step per iteration: an optimizer
+  step on the hyperparameters and inducing inputs and a natural-gradient step on q(u)
+  (``natgrad.natural_step``), on the full batch or on minibatches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from augmentedgp.core.loop import minimize, optax_optimizer, run_steps
+from augmentedgp.core.params import Identity, is_parameter, log_prior, partition_trainable
+from augmentedgp.inference.flow import METHODS
+from augmentedgp.inference.flow_gp import fit_vgp
+from augmentedgp.inference.vi import QuadratureVI, _VariationalInference
+from augmentedgp.models.gp import GP
+from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
+from augmentedgp.variational.families import QPosterior
+from augmentedgp.variational.natgrad import direction_size, scheduled_step
+
+
+def _objective(model, inference, X, y):
+    """Negative log marginal likelihood minus log prior (type-II ML / MAP)."""
+    return -(inference.log_marginal_likelihood(model, X, y) + log_prior(model))
+
+
+def _sgpr_objective(model, X, y):
+    """Negative collapsed bound (or DTC / FITC log likelihood) minus log prior."""
+    return -(model._objective(X, y) + log_prior(model))
+
+
+def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
+        learning_rate: float | None = None, tol: float | None = None, n_restarts: int = 0,
+        key=None, callback=None, verbose: bool = False, validation_data=None,
+        patience: int = 5, chunk_size: int = 50, window: int = 20, hyper_every: int = 1):
+    """Fit ``model`` to (X, y) and return its posterior (with ``history``).
+
+    GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
+    otherwise, ``learning_rate`` 0.05); ``inference`` for GP is ``Exact()`` for a Gaussian
+    likelihood and ``Laplace()`` otherwise; ``n_restarts`` extra runs start from
+    :func:`~augmentedgp.training.perturb` draws (needs ``key``), the best is kept.
+
+    SVGP and VGP: ``inference`` is ``QuadratureVI()`` (full batch, default),
+    ``QuadratureSVI(batch_size)``, ``AnalyticVI()`` or ``AnalyticSVI(batch_size)`` (for
+    augmentable likelihoods); Adam (``learning_rate`` 0.01) on the hyperparameters
+    and inducing inputs alternates with natural-gradient steps on q(u). ``key`` seeds the
+    minibatches. Training stops after ``max_iter`` iterations, when the mean objective of
+    the last ``window`` iterations changes by less than ``tol`` (relative) against the
+    ``window`` before, or -- with ``validation_data=(X_val, y_val)`` -- when the held-out
+    negative log predictive density has not improved for ``patience`` chunks of
+    ``chunk_size`` iterations (the best state is returned). ``hyper_every=k`` takes the
+    optimizer step on the hyperparameters only every k-th iteration (AugmentedGaussian-
+    Processes.jl's ``atfrequency``); the others are natural steps on q(u) alone, without
+    a gradient pass.
+
+    VGP with ``inference`` a particle flow (``ParticleFlow``, ``GaussianFlow``, ``ADVI`` or
+    ``SVGD``, see :mod:`augmentedgp.flow`): the flow moves q(v) of the whitened latents
+    and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
+    free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
+    """
+    if isinstance(model, GP | SGPR):
+        if validation_data is not None or hyper_every != 1:
+            raise ValueError("validation_data and hyper_every are for the iterative SVGP / "
+                             "VGP fits")
+        return _fit_marginal(model, X, y, inference, optimizer or "lbfgs", max_iter,
+                             learning_rate or 0.05, 1e-9 if tol is None else tol, n_restarts,
+                             key, callback, verbose)
+    if isinstance(inference, METHODS):
+        if n_restarts or validation_data is not None or hyper_every != 1:
+            raise ValueError("n_restarts, validation_data and hyper_every are not used by "
+                             "particle flows")
+        return fit_vgp(model, X, y, inference, key=key, max_iter=max_iter,
+                            tol=0.0 if tol is None else tol,
+                            learning_rate=learning_rate or 0.01, optimizer=optimizer or "adam",
+                            callback=callback, verbose=verbose, chunk_size=chunk_size,
+                            window=window)
+    if isinstance(model, SVGP):
+        if n_restarts:
+            raise ValueError("n_restarts is for GP and SGPR; for SVGP restart from "
+                             "augmentedgp.training.perturb(model, key) yourself")
+        return _fit_variational(model, X, y, inference, optimizer or "adam", max_iter,
+                                learning_rate or 0.01, 1e-6 if tol is None else tol, key,
+                                callback, verbose, validation_data, patience, chunk_size, window,
+                                hyper_every)
+    raise TypeError(f"fit supports GP, SGPR, SVGP and VGP models, got {type(model).__name__}")
+
+
+def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, tol, n_restarts,
+                  key, callback, verbose):
+    if isinstance(model, GP):
+        inference = model._inference(inference)
+        objective, extra = _objective, (inference,)
+    else:
+        if inference is not None:
+            raise ValueError("SGPR takes no inference argument (choose method='vfe', 'dtc' "
+                             "or 'fitc' when building it)")
+        objective, extra = _sgpr_objective, ()
+    if n_restarts < 0:
+        raise ValueError(f"n_restarts must be >= 0, got {n_restarts}")
+    if n_restarts and key is None:
+        raise ValueError("n_restarts > 0 needs a jax.random key (key=jax.random.key(0))")
+    Xa, ya = model._data(X, y)
+
+    starts = [model]
+    if n_restarts:
+        starts += [perturb(model, k) for k in jax.random.split(key, n_restarts)]
+    best, best_hist = None, None
+    finals = []
+    for start in starts:
+        try:
+            fitted, hist = minimize(objective, start, *extra, Xa, ya, optimizer=optimizer,
+                                    max_iter=max_iter, learning_rate=learning_rate, tol=tol,
+                                    callback=callback, verbose=verbose)
+        except ValueError:
+            if start is model:
+                raise
+            finals.append(np.inf)  # a random restart may start where the objective is not finite
+            continue
+        finals.append(float(hist.objective[-1]))
+        if best_hist is None or finals[-1] < best_hist.objective[-1]:
+            best, best_hist = fitted, hist
+    best_hist.restarts = finals
+    if isinstance(model, GP):
+        return best.posterior(X, y, inference, history=best_hist)
+    return SparsePosterior(best.to_svgp(Xa, ya), Xa, ya, best_hist)
+
+
+# --- variational inference ---------------------------------------------------------------
+
+
+def _vi_loss(model, X, y, scale, inference, key=None):
+    return _vi_loss_aux(model, X, y, scale, inference, key)[0]
+
+
+def _vi_loss_aux(model, X, y, scale, inference, key=None):
+    """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step.
+    ``key`` seeds Monte Carlo expectations (softmax likelihoods)."""
+    expectations = lambda yy, m, v: inference.expectations(model.likelihood, yy, m, v, key)
+    elbo, p = model._elbo_projection(X, y, scale, expectations)
+    return -(elbo + log_prior(model)), p
+
+
+def _with_q(hyp, q):
+    return eqx.tree_at(lambda m: m.q, hyp, q, is_leaf=lambda x: x is None)
+
+
+def _batch(X, y, t, key, perm, batch_size):
+    """The t-th minibatch of shuffled epochs (a new permutation at each epoch start)."""
+    n = X.shape[0]
+    if batch_size is None or batch_size >= n:
+        return X, y, key, perm, 1.0
+    n_batches = n // batch_size
+    b = t % n_batches
+    key, sub = jax.random.split(key)
+    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: perm)
+    idx = lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
+    return X[idx], y[idx], key, perm, n / batch_size
+
+
+def _vi_step(carry, args):
+    """One iteration from (hyperparameters, q): an optimizer step on the hyperparameters
+    (and on q(u) unless natural) and a natural-gradient step on q(u), both computed at the
+    current state from one shared projection of the minibatch. With ``every`` > 1 the
+    optimizer step (and its gradient pass) is taken only when t % every == 0."""
+    (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y, every) = carry, args
+    Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
+    mc_key = jax.random.fold_in(key, t)  # Monte Carlo likelihoods; leaves the batch stream
+    model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
+    if inference.natural:
+        loss = lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference, mc_key)
+
+        def with_hyper_step(_):
+            (value, p), grad = jax.value_and_grad(loss, has_aux=True)(hyp)
+            updates, state = opt.update(grad, opt_state, hyp)
+            return value, p, eqx.apply_updates(hyp, updates), state
+
+        def q_only(_):  # no gradient: the hyperparameters and optimizer state stay
+            return (*loss(hyp), hyp, opt_state)
+
+        value, p, new_hyp, opt_state = (
+            with_hyper_step(None) if every == 1
+            else lax.cond(t % every == 0, with_hyper_step, q_only, None))
+        model = model_of(hyp, q)
+        p = jax.tree_util.tree_map(lax.stop_gradient, p)
+        beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean, mc_key)
+        new_q, rho, sched = scheduled_step(
+            model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma, scale,
+            lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites,
+            model.num_latent > 1)
+        hyp, q = new_hyp, partition_trainable(new_q)[0]
+    else:
+        params = (hyp, q)
+        value, grad = jax.value_and_grad(
+            lambda hq: _vi_loss(model_of(*hq), Xb, yb, scale, inference, mc_key))(params)
+        updates, opt_state = opt.update(grad, opt_state, params)
+        hyp, q = eqx.apply_updates(params, updates)
+        rho = jnp.nan
+    return (hyp, q, opt_state, sched, t + 1, key, perm), (value, rho)
+
+
+@eqx.filter_jit
+def _heldout_nlpd(model, X, y):
+    p = model.project(X)
+    return -jnp.mean(model.likelihood.predictive_log_prob(y, p.mean, p.var))
+
+
+def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate, tol, key,
+                     callback, verbose, validation_data, patience, chunk_size, window,
+                     hyper_every):
+    if isinstance(model, VGP):
+        model = model.bind(X)
+    inference = inference if inference is not None else QuadratureVI()
+    if not isinstance(inference, _VariationalInference):
+        raise ValueError("SVGP / VGP need QuadratureVI, QuadratureSVI, AnalyticVI or "
+                         f"AnalyticSVI, got {inference!r}")
+    inference.check(model)
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if int(hyper_every) != hyper_every or hyper_every < 1:
+        raise ValueError(f"hyper_every must be a positive integer, got {hyper_every!r}")
+    if hyper_every > 1 and not inference.natural:
+        raise ValueError("hyper_every > 1 needs natural-gradient steps on q(u) (natural=True)")
+    hyper_every = int(hyper_every)
+    Xa, ya = model._data(X, y)
+    if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
+        full = type(inference).__name__.replace("SVI", "VI")
+        raise ValueError(f"batch_size {inference.batch_size} exceeds the {Xa.shape[0]} data "
+                         f"points; use {full} for full batches")
+    monitor = None
+    if validation_data is not None:
+        Xv, yv = model._data(*validation_data, name="Xnew")
+        monitor = lambda m: _heldout_nlpd(m, Xv, yv)
+    key = jax.random.key(0) if key is None else key
+    params, static = partition_trainable(model)
+    hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
+    opt = optax_optimizer(optimizer, learning_rate)
+    opt_state = opt.init(hyp if inference.natural else (hyp, q))
+    sched = inference.step_size.init(direction_size(q, model.num_latent))
+    carry = (hyp, q, opt_state, sched, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
+    to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
+    carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya, hyper_every),
+                            to_model, max_iter=max_iter, tol=tol, chunk_size=chunk_size,
+                            window=window, callback=callback, verbose=verbose, monitor=monitor,
+                            patience=patience)
+    return SparsePosterior(to_model(carry), Xa, ya, hist)
+
+
+def perturb(model, key, scale: float = 1.0):
+    """A random restart point: positive parameters times exp(N(0, scale^2)), real ones plus
+    N(0, scale^2). Fixed parameters and the variational posterior q(u) (whose natural
+    parameters have constraints of their own) are left alone."""
+    skip = lambda x: is_parameter(x) or isinstance(x, QPosterior)
+    params = [p for p in jax.tree_util.tree_leaves(model, is_leaf=skip)
+              if is_parameter(p) and p.trainable]
+    keys = jax.random.split(key, max(len(params), 1))
+    it = iter(keys)
+
+    def move(p):
+        if not (is_parameter(p) and p.trainable):
+            return p
+        eps = scale * jax.random.normal(next(it), jnp.shape(p.raw), dtype=p.raw.dtype)
+        if isinstance(p.transform, Identity):
+            return dataclasses.replace(p, raw=p.raw + eps)
+        return dataclasses.replace(p, raw=p.transform.inverse(p.value * jnp.exp(eps)))
+
+    return jax.tree_util.tree_map(move, model, is_leaf=skip)
+
+
+__all__ = ["fit", "perturb"]
