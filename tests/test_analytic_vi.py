@@ -177,7 +177,7 @@ def _cavi_run(model, X, y, n_steps):
         params, t, trace = state
         m = eqx.combine(params, static)
         lik = m.likelihood
-        aug, p = m._elbo_projection(X, y, 1.0, lik.augmented_expectations)
+        aug, p = m.elbo_projection(X, y, 1.0, lik.augmented_expectations)
         plain = jnp.sum(lik.variational_expectations(y, p.mean, p.var)) - m.q.kl(p.Kmm, p.Lmm)
         beta, gamma = AnalyticVI().sites(lik, y, p.mean, p.var, p.prior_mean)
         q, rho = natgrad.natural_step(m.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma,
@@ -294,7 +294,7 @@ def test_cavi_is_monotone_and_converges_to_a_stationary_point(name, kind):
         assert even > 0, (up, down, aug[-1])
         assert abs(odd) < 0.01 * even, (odd, even)
     # the bounds tracked are the public ones (elbo(augmented=...) evaluates the same
-    # _elbo_projection; checked through the compiled public method once, to save compiles)
+    # elbo_projection; checked through the compiled public method once, to save compiles)
     if (name, kind) == ("Logistic", "whitened"):
         np.testing.assert_allclose(model.elbo(X, y, augmented=True), aug[-1], rtol=1e-12)
 

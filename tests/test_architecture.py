@@ -24,7 +24,7 @@ LAYERS = [
     ("contrib",),
     ("datasets", "persistence"),
     ("sklearn", "plotting"),
-    ("cli",),
+    ("cli", "launcher"),
     ("testing",),
     ("__init__",),
 ]

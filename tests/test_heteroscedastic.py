@@ -364,7 +364,7 @@ def _cavi_run(model, X, y, n_steps, mask):
         params, t, (trace, plain), _ = state
         m = eqx.combine(params, static)
         lik = m.likelihood
-        aug, p = m._elbo_projection(X, y, 1.0, lik.augmented_expectations)
+        aug, p = m.elbo_projection(X, y, 1.0, lik.augmented_expectations)
         plain = plain.at[t].set(aug + jnp.sum(lik.variational_expectations(y, p.mean, p.var)
                                               - lik.augmented_expectations(y, p.mean, p.var)))
         beta, gamma = AnalyticVI().sites(m.likelihood, y, p.mean, p.var, p.prior_mean)

@@ -455,7 +455,7 @@ def _cavi_run(model, X, y, n_steps):
         params, t, aug_tr, rho_tr = state
         m = eqx.combine(params, static)
         lik = m.likelihood
-        aug, p = m._elbo_projection(X, y, 1.0, lik.augmented_expectations)
+        aug, p = m.elbo_projection(X, y, 1.0, lik.augmented_expectations)
         beta, gamma = AnalyticVI().sites(lik, y, p.mean, p.var, p.prior_mean)
         q, rho = natgrad.natural_step(m.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma,
                                       1.0, 1.0, psd=True, multi=True)

@@ -12,7 +12,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import typer
+
+try:
+    import typer
+except ImportError as err:  # the console script (augmentedgp.launcher) reports this
+    raise ImportError('the command line needs typer: pip install "augmentedgp[cli]"',
+                      name=err.name or "typer") from err
 from rich.console import Console
 from rich.table import Table
 

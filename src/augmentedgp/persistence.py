@@ -28,18 +28,19 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from augmentedgp.core.errors import AugmentedGPError
+from augmentedgp.core.version import __version__
 
 FORMAT = "augmentedgp-model"
 FORMAT_VERSION = 1
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"
 _PACKAGE = __package__  # "augmentedgp"
-from augmentedgp.core.version import __version__
 
 
 class ModelFileError(AugmentedGPError, ValueError):
@@ -125,18 +126,56 @@ class _Encoder:
 # --- decoding ---------------------------------------------------------------------------
 
 
+# Modules of the flat layout of version 0.1.0, and where their classes live now: files saved
+# by that version name their classes by these module paths.
+_MOVED = {
+    "augmentedgp.errors": ("augmentedgp.core.errors",),
+    "augmentedgp.linalg": ("augmentedgp.core.linalg",),
+    "augmentedgp.params": ("augmentedgp.core.params",),
+    "augmentedgp.training": ("augmentedgp.core.loop",),
+    "augmentedgp.kernels": ("augmentedgp.kernels.covariance",),
+    "augmentedgp.means": ("augmentedgp.kernels.means",),
+    "augmentedgp.augmentation": ("augmentedgp.augmentation.protocol",),
+    "augmentedgp.likelihoods": ("augmentedgp.likelihoods.base", "augmentedgp.likelihoods.robust",
+                                "augmentedgp.likelihoods.binary", "augmentedgp.likelihoods.counts",
+                                "augmentedgp.likelihoods.positive"),
+    "augmentedgp.multilatent": ("augmentedgp.likelihoods.base",
+                                "augmentedgp.likelihoods.multiclass",
+                                "augmentedgp.likelihoods.heteroscedastic"),
+    "augmentedgp.variational": ("augmentedgp.variational.families",),
+    "augmentedgp.schedules": ("augmentedgp.variational.schedules",),
+    "augmentedgp.posterior": ("augmentedgp.models.sites",),
+    "augmentedgp.models": ("augmentedgp.models.gp",),
+    "augmentedgp.sparse": ("augmentedgp.models.sparse",),
+    "augmentedgp.gibbs": ("augmentedgp.models.mcgp", "augmentedgp.inference.gibbs"),
+    "augmentedgp.inference": ("augmentedgp.models.approximations", "augmentedgp.inference.vi"),
+    "augmentedgp.flow": ("augmentedgp.inference.flow", "augmentedgp.inference.flow_gp"),
+    "augmentedgp.bayesian": ("augmentedgp.contrib.bayesian",),
+}
+
+
+def _lookup(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def _resolve(name: str):
     module, _, qualname = name.partition(":")
     if not (module == _PACKAGE or module.startswith(_PACKAGE + ".")):
         raise ModelFileError(f"the model file refers to {name}, outside augmentedgp; refusing "
                              "to load it")
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError):
+    obj = None
+    for candidate in _MOVED.get(module, (module,)):
+        try:
+            obj, module = _lookup(candidate, qualname), candidate
+            break
+        except (ImportError, AttributeError):
+            continue
+    if obj is None:
         raise ModelFileError(f"the model file refers to {name.replace(':', '.')}, which this "
-                             f"version of augmentedgp ({__version__}) does not have") from None
+                             f"version of augmentedgp ({__version__}) does not have")
     if not isinstance(obj, type):
         raise ModelFileError(f"the model file refers to {name}, which is not a class")
     if (obj.__module__, obj.__qualname__) != (module, qualname):
@@ -236,7 +275,7 @@ def _describe(obj) -> dict:
     }
 
 
-def save(obj, path) -> Path:
+def save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Save a fitted posterior, model or scikit-learn estimator to the directory ``path``
     (created if needed; the two model files in it are replaced). Returns the path."""
     enc = _Encoder()
@@ -262,7 +301,7 @@ def save(obj, path) -> Path:
     return path
 
 
-def read_manifest(path) -> dict:
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The validated manifest of a model directory (raises :class:`ModelFileError`)."""
     path = Path(path)
     if not path.is_dir():
@@ -294,7 +333,7 @@ def read_manifest(path) -> dict:
     return manifest
 
 
-def load(path):
+def load(path: str | os.PathLike[str]) -> Any:
     """Load what :func:`save` wrote. Raises :class:`ModelFileError` for a missing,
     corrupted or incompatible directory."""
     path = Path(path)

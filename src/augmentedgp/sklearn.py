@@ -16,12 +16,17 @@ import warnings
 
 import numpy as np
 import scipy.stats
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import d2_tweedie_score
-from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import d2_tweedie_score
+    from sklearn.utils import check_random_state
+    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as err:
+    raise ImportError(f"augmentedgp.sklearn needs scikit-learn >= 1.6 ({err}): "
+                      'pip install "augmentedgp[sklearn]"', name=err.name or "sklearn") from err
 
 from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik

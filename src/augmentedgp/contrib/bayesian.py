@@ -8,11 +8,13 @@ p(y = k | x*) ~ (1/S) sum_s p(y = k | x*, w_s), w_s ~ q(w).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, Shaped
 
 from augmentedgp.core.validation import check_X
 from augmentedgp.inference.flow import Target, VariationalGaussian
@@ -35,7 +37,8 @@ class LogisticRegression(Target):
     prior_var: float = eqx.field(static=True, default=10.0)
     intercept: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, X, y, *, prior_var: float = 10.0, intercept: bool = False):
+    def __init__(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], *,
+                 prior_var: float = 10.0, intercept: bool = False):
         X = check_X(X)
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
@@ -54,24 +57,28 @@ class LogisticRegression(Target):
     def dim(self) -> int:
         return int(self.data[0].shape[1])
 
-    def init(self):
+    def init(self) -> Float[Array, " D"]:
         """The starting point w = 0."""
         return jnp.zeros(self.dim)
 
-    def log_prior(self, w):
+    def log_prior(self, w: Float[Array, " D"]) -> Float[Array, ""]:
         return _normal_log_prior(w, self.prior_var)
 
-    def log_likelihood(self, w, X, y):
+    def log_likelihood(self, w: Float[Array, " D"], X: Float[Array, "b D"],
+                       y: Float[Array, " b"]) -> Float[Array, " b"]:
         return jax.nn.log_sigmoid(y * (X @ w))
 
-    def potentials(self, W, batch, scale):  # all particles in one matrix product
+    def potentials(self, W: Float[Array, "N D"], batch: tuple[ArrayLike, ...],
+                   scale: float | Float[Array, ""]
+                   ) -> Float[Array, " N"]:  # all particles in one matrix product
         X, y = batch
         lik = jnp.sum(jax.nn.log_sigmoid(y * (W @ X.T)), axis=1)
         prior = -0.5 * (jnp.sum(W**2, axis=1) / self.prior_var
                         + W.shape[1] * math.log(2 * math.pi * self.prior_var))
         return -(prior + scale * lik)
 
-    def predict_proba(self, q: VariationalGaussian, Xnew, key, n_samples: int = 200):
+    def predict_proba(self, q: VariationalGaussian, Xnew: Float[ArrayLike, "n d"],
+                      key: PRNGKeyArray, n_samples: int = 200) -> Float[Array, " n"]:
         """p(y = 1 | x*) averaged over ``n_samples`` draws of w ~ q, (n*,)."""
         Xn = jnp.asarray(self._features(check_X(Xnew, "Xnew", d=self.dim - self.intercept)))
         W = q.sample(key, n_samples)
@@ -88,7 +95,8 @@ class BayesianMLP(Target):
     sizes: tuple = eqx.field(static=True, default=())
     prior_var: float = eqx.field(static=True, default=1.0)
 
-    def __init__(self, X, y, *, hidden=(50,), num_classes: int | None = None,
+    def __init__(self, X: Float[ArrayLike, "n d"], y: Int[ArrayLike, " n"], *,
+                 hidden: Sequence[int] = (50,), num_classes: int | None = None,
                  prior_var: float = 1.0):
         X = check_X(X)
         y = np.asarray(y)
@@ -108,11 +116,11 @@ class BayesianMLP(Target):
     def dim(self) -> int:
         return sum(a * b + b for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True))
 
-    def layer_blocks(self) -> tuple:
+    def layer_blocks(self) -> tuple[int, ...]:
         """Block sizes with one block per layer (weights and bias together)."""
         return tuple(a * b + b for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True))
 
-    def init(self, key):
+    def init(self, key: PRNGKeyArray) -> list[tuple[Float[Array, "a b"], Float[Array, " b"]]]:
         """Starting weights [(W1, b1), ...], W ~ N(0, 1 / fan_in), b = 0."""
         out = []
         for k, (a, b) in zip(jax.random.split(key, len(self.sizes) - 1),
@@ -127,7 +135,7 @@ class BayesianMLP(Target):
             i += a * b + b
         return layers
 
-    def logits(self, w, X):
+    def logits(self, w: Float[Array, " D"], X: Float[Array, "n d"]) -> Float[Array, "n C"]:
         """Output logits (n, C) for the flat weight vector w."""
         h = X
         layers = self._unflatten(w)
@@ -136,14 +144,16 @@ class BayesianMLP(Target):
         W, b = layers[-1]
         return h @ W + b
 
-    def log_prior(self, w):
+    def log_prior(self, w: Float[Array, " D"]) -> Float[Array, ""]:
         return _normal_log_prior(w, self.prior_var)
 
-    def log_likelihood(self, w, X, y):
+    def log_likelihood(self, w: Float[Array, " D"], X: Float[Array, "b d"],
+                       y: Int[Array, " b"]) -> Float[Array, " b"]:
         logp = jax.nn.log_softmax(self.logits(w, X))
         return jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
 
-    def predict_proba(self, q: VariationalGaussian, Xnew, key, n_samples: int = 100):
+    def predict_proba(self, q: VariationalGaussian, Xnew: Float[ArrayLike, "n d"],
+                      key: PRNGKeyArray, n_samples: int = 100) -> Float[Array, "n C"]:
         """Class probabilities (n*, C) averaged over ``n_samples`` draws of w ~ q."""
         Xn = jnp.asarray(check_X(Xnew, "Xnew", d=self.sizes[0]))
         W = q.sample(key, n_samples)

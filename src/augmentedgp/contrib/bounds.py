@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import minimize
@@ -34,7 +36,7 @@ from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 
 
-def binary_kl(q, p):
+def binary_kl(q: Float[ArrayLike, "*s"], p: Float[ArrayLike, "*s"]) -> Float[Array, "*s"]:
     """kl(q || p) = q log(q / p) + (1 - q) log((1 - q) / (1 - p)), with 0 log 0 = 0."""
     q, p = jnp.asarray(q, float), jnp.asarray(p, float)
 
@@ -44,7 +46,7 @@ def binary_kl(q, p):
     return term(q, p) + term(1 - q, 1 - p)
 
 
-def kl_inverse(q, eps):
+def kl_inverse(q: Float[ArrayLike, "*s"], eps: Float[ArrayLike, "*s"]) -> Float[Array, "*s"]:
     """sup{p in [q, 1] : kl(q || p) <= eps}, elementwise, by 100 bisection steps on
     [q, 1] (kl(q || .) increases there), so to about 1e-16 whatever q and eps (near q the
     rounding of kl itself limits p to ~1e-8 when eps ~ 0). Differentiable: the derivative
@@ -77,7 +79,7 @@ def _kl_inverse_jvp(primals, tangents):
     return p, dp
 
 
-def pac_bayes_bound(emp, kl, n: int, delta: float = 0.05, form: str = "kl",
+def pac_bayes_bound(emp: float, kl: float, n: int, delta: float = 0.05, form: str = "kl",
                     n_hypotheses: int = 1) -> float:
     """The bound on the Gibbs classifier's true error from its empirical error ``emp``,
     KL[Q || P] = ``kl`` and ``n`` training points; ``n_hypotheses`` > 1 for a choice among
@@ -117,7 +119,8 @@ def _signs(post, y):
     return np.where(y > 0, 1.0, -1.0)
 
 
-def gibbs_risk(post, X, y) -> float:
+def gibbs_risk(post: SitePosterior | SparsePosterior, X: Float[ArrayLike, "n d"],
+               y: Shaped[ArrayLike, " n"]) -> float:
     """The expected 0-1 error of the Gibbs classifier on (X, y): the mean over points of
     P_Q(t_i f(x_i) < 0) = Phi(-t_i mu_i / sigma_i) for the latent marginals N(mu_i, sigma_i^2)
     of ``post`` (labels in {0, 1} or {-1, +1})."""
@@ -127,7 +130,7 @@ def gibbs_risk(post, X, y) -> float:
     return float(np.mean(jax.scipy.stats.norm.cdf(-t * np.asarray(mean) / sd)))
 
 
-def posterior_kl(post) -> float:
+def posterior_kl(post: SitePosterior | SparsePosterior) -> float:
     """KL[Q || P] between the fitted Gaussian posterior and the GP prior over the latent
     process: for a full GP (Laplace, EP) over f(X), KL = 1/2 (log|B| + tr B^-1 +
     a^T K a - n) with B = I + S K S and f - m = K a; for SVGP / VGP KL[q(u) || p(u)], which
@@ -151,7 +154,8 @@ def _site_kl(post):
 _BINARY = (Logistic, Probit, BayesianSVM)
 
 
-def bound(post, X=None, y=None, delta: float = 0.05, form: str = "kl",
+def bound(post: SitePosterior | SparsePosterior, X: Float[ArrayLike, "n d"] | None = None,
+          y: Shaped[ArrayLike, " n"] | None = None, delta: float = 0.05, form: str = "kl",
           n_hypotheses: int = 1) -> Bound:
     """Seeger's PAC-Bayes bound for a fitted binary GP classifier (Laplace, EP, or a
     VGP / SVGP fitted by quadrature or augmented VI): the Gibbs risk on the training data
@@ -196,9 +200,10 @@ def _round_prior(model, resolution, radius):
     return model, count * math.log(2 * round(radius / resolution) + 1)
 
 
-def fit_bound(model, X, y, delta: float = 0.05, *, resolution: float = 0.1,
-              radius: float = 10.0, max_iter: int = 1000, learning_rate: float = 0.01,
-              optimizer="adam", verbose: bool = False):
+def fit_bound(model: SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+              delta: float = 0.05, *, resolution: float = 0.1, radius: float = 10.0,
+              max_iter: int = 1000, learning_rate: float = 0.01, optimizer: str = "adam",
+              verbose: bool = False) -> tuple[SparsePosterior, Bound]:
     """Learn a binary SVGP / VGP classifier by minimising its PAC-Bayes bound (Reeb et al.
     2018) rather than maximising the ELBO: q(u), the inducing inputs (parts of the posterior
     Q, free) and the kernel and mean hyperparameters (parts of the prior P) are optimised
@@ -215,7 +220,7 @@ def fit_bound(model, X, y, delta: float = 0.05, *, resolution: float = 0.1,
         raise ValueError("resolution and radius must be > 0")
     if isinstance(model, VGP):
         model = model.bind(X)
-    Xa, ya = model._data(X, y)
+    Xa, ya = model.validate_data(X, y)
     n = int(Xa.shape[0])
     t = jnp.where(ya > 0, 1.0, -1.0)
     _, log_grid = _round_prior(model, resolution, radius)
@@ -229,7 +234,10 @@ def fit_bound(model, X, y, delta: float = 0.05, *, resolution: float = 0.1,
     return post, Bound(float(kl_inverse(risk, (kl + const) / n)), risk, kl, n, delta)
 
 
-def select_by_bound(fit_candidate, candidates, X, y, delta: float = 0.05, form: str = "kl"):
+def select_by_bound(fit_candidate: Callable[[Any], SitePosterior | SparsePosterior],
+                    candidates: Iterable[Any], X: Float[ArrayLike, "n d"],
+                    y: Shaped[ArrayLike, " n"], delta: float = 0.05, form: str = "kl"
+                    ) -> tuple[Any, SitePosterior | SparsePosterior, list[Bound]]:
     """Hyperparameter selection by the PAC-Bayes bound: ``fit_candidate(c)`` returns the
     fitted classifier for candidate ``c`` (hyperparameters held fixed while fitting); the one
     with the smallest bound wins, each bound paying log(len(candidates)) for the choice.

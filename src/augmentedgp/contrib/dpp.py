@@ -21,17 +21,19 @@ maximising the bound (:func:`fit`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from augmentedgp.core import linalg
-from augmentedgp.core.loop import minimize
+from augmentedgp.core.loop import History, minimize
 from augmentedgp.core.params import Parameter
 from augmentedgp.core.validation import check_X
-from augmentedgp.kernels.covariance import RBF
+from augmentedgp.kernels.covariance import RBF, Kernel
 
 
 def _subsets(subsets, n):
@@ -61,7 +63,8 @@ def _padded(subsets):
     return jnp.asarray(padded), jnp.asarray(mask)
 
 
-def subset_log_det(kernel, X, padded, mask) -> jax.Array:
+def subset_log_det(kernel: Kernel, X: Float[Array, "n d"], padded: Int[Array, "T k"],
+                   mask: Bool[Array, "T k"]) -> Float[Array, ""]:
     """sum_t log det L_{Y_t} for padded subsets (masked entries replaced by identity rows;
     the empty set contributes 0), one Cholesky per subset in a compiled ``lax.map``."""
 
@@ -84,13 +87,14 @@ def _bound(kernel, X, padded, mask, Z):
             + padded.shape[0] * log_normaliser_bound(kernel, X, Z))
 
 
-def log_normaliser(kernel, X) -> jax.Array:
+def log_normaliser(kernel: Kernel, X: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
     """log det(L + I), exactly (O(n^3))."""
     L = kernel(X)
     return linalg.logdet_chol(linalg.cholesky(L + jnp.eye(L.shape[0], dtype=L.dtype)))
 
 
-def log_normaliser_bound(kernel, X, Z) -> jax.Array:
+def log_normaliser_bound(kernel: Kernel, X: Float[ArrayLike, "n d"], Z: Float[ArrayLike, "m d"]
+                         ) -> Float[Array, ""]:
     """The O(n m^2) lower bound on -log det(L + I) with inducing inputs Z (B.6.2)."""
     R, A = linalg.cholesky_project(kernel(Z), kernel(Z, X))
     AAt = A @ A.T
@@ -98,14 +102,15 @@ def log_normaliser_bound(kernel, X, Z) -> jax.Array:
     return -_logdet_psd(I + AAt) - jnp.sum(kernel.diag(X)) + jnp.trace(AAt)
 
 
-def log_likelihood(kernel, X, subsets) -> float:
+def log_likelihood(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]]) -> float:
     """Exact log-likelihood sum_t log det L_{Y_t} - T log det(L + I) of observed subsets
     (lists of item indices into X)."""
     X = jnp.asarray(check_X(X))
     return float(_exact(kernel, X, *_padded(_subsets(subsets, X.shape[0]))))
 
 
-def elbo(kernel, X, subsets, Z) -> float:
+def elbo(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
+         Z: Float[ArrayLike, "m d"]) -> float:
     """The variational lower bound on :func:`log_likelihood` with inducing inputs Z."""
     X = jnp.asarray(check_X(X))
     Z = jnp.asarray(check_X(Z, "Z", d=X.shape[1]))
@@ -122,7 +127,8 @@ def _box(lower, upper, d):
     return jnp.asarray(lower), jnp.asarray(upper)
 
 
-def psi(kernel: RBF, Z, lower, upper) -> jax.Array:
+def psi(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]
+        ) -> Float[Array, "m m"]:
     """Psi_ij = int_box L(z_i, x) L(x, z_j) dx for the RBF kernel (B.6.3):
     v^2 exp(-|z_i - z_j|^2 / (4 l^2)) prod_d (sqrt(pi) l / 2)
     [erf((b_d - zbar_d) / l) - erf((a_d - zbar_d) / l)], zbar = (z_i + z_j) / 2,
@@ -139,7 +145,8 @@ def psi(kernel: RBF, Z, lower, upper) -> jax.Array:
 
 
 @eqx.filter_jit
-def continuous_log_normaliser_bound(kernel: RBF, Z, lower, upper) -> jax.Array:
+def continuous_log_normaliser_bound(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]
+                                    ) -> Float[Array, ""]:
     """Lower bound on -sum_i log(1 + lambda_i) for the DPP with kernel L on the box."""
     R = linalg.cholesky(kernel(Z))
     B = linalg.solve_lower(R, linalg.solve_lower(R, psi(kernel, Z, lower, upper)).T)
@@ -148,7 +155,8 @@ def continuous_log_normaliser_bound(kernel: RBF, Z, lower, upper) -> jax.Array:
     return -_logdet_psd(I + 0.5 * (B + B.T)) - trace_L + jnp.trace(B)
 
 
-def continuous_log_normaliser(kernel, lower, upper, n_nodes: int = 60) -> float:
+def continuous_log_normaliser(kernel: Kernel, lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"],
+                              n_nodes: int = 60) -> float:
     """-sum_i log(1 + lambda_i) by Nystrom quadrature (Gauss-Legendre, n_nodes per
     dimension, tensor grid): the exact value to quadrature accuracy, a test oracle for
     d <= 2."""
@@ -166,7 +174,8 @@ def continuous_log_normaliser(kernel, lower, upper, n_nodes: int = 60) -> float:
     return float(-np.sum(np.log1p(np.maximum(lam, 0.0))))
 
 
-def continuous_elbo(kernel, subsets, Z, lower, upper) -> float:
+def continuous_elbo(kernel: Kernel, subsets: Iterable[Float[ArrayLike, "k d"]],
+                    Z: Float[ArrayLike, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]) -> float:
     """Lower bound on the log Janossy density sum_t log det L_{Y_t} - T sum log(1 + lambda)
     of point sets Y_t (arrays (k_t, d) in the box) of a continuous DPP."""
     Z = jnp.asarray(check_X(Z, "Z"))
@@ -182,7 +191,8 @@ def continuous_elbo(kernel, subsets, Z, lower, upper) -> float:
 # --- sampling ----------------------------------------------------------------------------
 
 
-def sample(L, rng=None) -> np.ndarray:
+def sample(L: Float[ArrayLike, "n n"], rng: np.random.Generator | int | None = None
+           ) -> Int[np.ndarray, " k"]:
     """One exact draw from the L-ensemble DPP (Hough et al.'s spectral algorithm, Kulesza &
     Taskar 2012 Algorithm 1): keep eigenvector k with probability lambda_k / (1 + lambda_k),
     then pick items one at a time from the projection DPP they span. Returns sorted item
@@ -217,8 +227,10 @@ def _neg_elbo(model, X, padded, mask):
     return -_bound(model.kernel, X, padded, mask, model.Z.value) / padded.shape[0]
 
 
-def fit(kernel, X, subsets, Z, *, max_iter: int = 500, optimizer="lbfgs",
-        learning_rate: float = 0.05, verbose: bool = False):
+def fit(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
+        Z: Float[ArrayLike, "m d"] | Parameter, *, max_iter: int = 500, optimizer: str = "lbfgs",
+        learning_rate: float = 0.05, verbose: bool = False
+        ) -> tuple[Kernel, Float[Array, "m d"], History]:
     """Learn the kernel's trainable parameters and the inducing inputs Z (a Parameter:
     ``params.fixed`` keeps it, e.g. a subset of the items) by maximising :func:`elbo`.
     Returns (kernel, Z, History); the history's objective is -elbo / T."""
@@ -240,8 +252,10 @@ def _neg_continuous_elbo(model, P, padded, mask, lower, upper):
         model.kernel, model.Z.value, lower, upper)) / T
 
 
-def fit_continuous(kernel: RBF, point_sets, Z, lower, upper, *, max_iter: int = 500,
-                   optimizer="lbfgs", learning_rate: float = 0.05, verbose: bool = False):
+def fit_continuous(kernel: RBF, point_sets: Iterable[Float[ArrayLike, "k d"]],
+                   Z: Float[ArrayLike, "m d"] | Parameter, lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"], *,
+                   max_iter: int = 500, optimizer: str = "lbfgs", learning_rate: float = 0.05,
+                   verbose: bool = False) -> tuple[RBF, Float[Array, "m d"], History]:
     """Learn an RBF kernel's trainable parameters and the pseudo-inputs Z of a continuous
     DPP on the box [lower, upper] from observed point sets (arrays (k_t, d)) by maximising
     :func:`continuous_elbo`. Returns (kernel, Z, History)."""

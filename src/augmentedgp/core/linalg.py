@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.scipy.linalg import cho_solve as _cho_solve
 from jax.scipy.linalg import solve_triangular
+from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.errors import NotPositiveDefiniteError
 
@@ -30,7 +32,7 @@ __all__ = [
 _JITTER_LEVELS: tuple[float, ...] = (1e-10, 1e-8, 1e-6, 1e-4)
 
 
-def set_jitter_levels(levels) -> None:
+def set_jitter_levels(levels: Iterable[float]) -> None:
     """Set the escalating jitter levels (relative to the mean diagonal) for :func:`cholesky`.
 
     Takes effect for functions traced afterwards.
@@ -88,7 +90,7 @@ def _with_jitter_tangent(dA, level):
 
 
 @jax.custom_jvp
-def cholesky(A: jax.Array) -> jax.Array:
+def cholesky(A: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower Cholesky factor of a symmetric PD (n, n) matrix, adding jitter only when needed.
 
     Tries ``A`` first, then ``A + j * mean(diag(A)) * I`` for each escalating level ``j``.
@@ -115,7 +117,8 @@ def _phi(X):
 
 
 @jax.custom_vjp
-def cholesky_project(K, B):
+def cholesky_project(K: Float[Array, "m m"], B: Float[Array, "m n"]
+                     ) -> tuple[Float[Array, "m m"], Float[Array, "m n"]]:
     """(L, L^-1 B) with L = cholesky(K): the factor and the whitened projection that every
     sparse GP computes (Kmm, Kmn). Same values as ``cholesky`` and ``solve_lower``; the
     reverse-mode rule is written out (Murray 2016, eq. 10, fused with the solve), which
@@ -148,29 +151,30 @@ def _cholesky_project_bwd(res, cts):
 cholesky_project.defvjp(_cholesky_project_fwd, _cholesky_project_bwd)
 
 
-def check_cholesky(L, what: str = "covariance matrix"):
+def check_cholesky(L: Float[ArrayLike, "*b n n"], what: str = "covariance matrix"
+                   ) -> Float[ArrayLike, "*b n n"]:
     """Raise NotPositiveDefiniteError if a (concrete) Cholesky factor holds NaN/inf."""
     if not bool(jnp.all(jnp.isfinite(L))):
         raise NotPositiveDefiniteError(what, jitter=_JITTER_LEVELS[-1])
     return L
 
 
-def solve_lower(L, B):
+def solve_lower(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
     """L^{-1} B for lower-triangular L."""
     return solve_triangular(L, B, lower=True)
 
 
-def solve_upper_t(L, B):
+def solve_upper_t(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
     """L^{-T} B for lower-triangular L."""
     return solve_triangular(L, B, lower=True, trans="T")
 
 
-def cho_solve(L, B):
+def cho_solve(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
     """(L L^T)^{-1} B."""
     return _cho_solve((L, True), B)
 
 
-def logdet_chol(L):
+def logdet_chol(L: Float[Array, "*b n n"]) -> Float[Array, "*b"]:
     """log|L L^T| = 2 sum log diag L."""
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
 
@@ -179,7 +183,7 @@ def logdet_chol(L):
 
 
 @jax.custom_jvp
-def mvn_logpdf(r: jax.Array, K: jax.Array) -> jax.Array:
+def mvn_logpdf(r: Float[Array, " n"], K: Float[Array, "n n"]) -> Float[Array, ""]:
     """log N(r | 0, K) for a residual vector r (n,) and covariance K (n, n).
 
     Differentiation uses d log N = -alpha^T dr + 1/2 tr((alpha alpha^T - K^{-1}) dK),
@@ -218,14 +222,15 @@ mvn_logpdf.defjvp(_mvn_logpdf_jvp, symbolic_zeros=True)
 # --- low-rank plus diagonal (Woodbury / matrix determinant lemma) ----------------------
 
 
-def lowrank_cholesky(d, U):
+def lowrank_cholesky(d: Float[Array, " n"], U: Float[Array, "n m"]) -> Float[Array, "m m"]:
     """Cholesky of the m x m capacitance matrix C = I + U^T D^{-1} U, D = diag(d)."""
     Ud = U / d[:, None]
     C = jnp.eye(U.shape[1], dtype=U.dtype) + U.T @ Ud
     return cholesky(C)
 
 
-def woodbury_solve(d, U, B, Lc=None):
+def woodbury_solve(d: Float[Array, " n"], U: Float[Array, "n m"], B: Float[Array, " n *k"],
+                   Lc: Float[Array, "m m"] | None = None) -> Float[Array, " n *k"]:
     """(D + U U^T)^{-1} B = D^{-1}B - D^{-1}U C^{-1} U^T D^{-1} B  (Woodbury identity)."""
     if Lc is None:
         Lc = lowrank_cholesky(d, U)
@@ -234,7 +239,8 @@ def woodbury_solve(d, U, B, Lc=None):
     return DB - correction / (d if B.ndim == 1 else d[:, None])
 
 
-def lowrank_logdet(d, U, Lc=None):
+def lowrank_logdet(d: Float[Array, " n"], U: Float[Array, "n m"],
+                   Lc: Float[Array, "m m"] | None = None) -> Float[Array, ""]:
     """log|D + U U^T| = log|D| + log|I + U^T D^{-1} U|  (matrix determinant lemma)."""
     if Lc is None:
         Lc = lowrank_cholesky(d, U)
@@ -244,20 +250,23 @@ def lowrank_logdet(d, U, Lc=None):
 # --- Gaussian sites: B = I + S K S, S = diag(sqrt(tau)) ------------------------------
 
 
-def system_factor(K, tau):
+def system_factor(K: Float[Array, "n n"], tau: Float[Array, " n"]
+                  ) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
     """(sqrt_tau, L) with L = chol(I + S K S), S = diag(sqrt(tau)) (R&W eq. 3.26)."""
     s = jnp.sqrt(tau)
     B = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
     return s, cholesky(B)
 
 
-def site_alpha(s, L, nu):
+def site_alpha(s: Float[Array, " n"], L: Float[Array, "n n"], nu: Float[Array, " n"]
+               ) -> Float[Array, " n"]:
     """alpha = (K + S^-2)^{-1} nu / tau = S B^{-1} (nu / s): no cancellation for tiny noise,
     unlike nu - S B^{-1} S K nu (R&W Alg. 3.6 line 4). Sites with tau = 0 have nu = 0."""
     return s * cho_solve(L, jnp.where(s > 0, nu / jnp.where(s > 0, s, 1.0), 0.0))
 
 
-def site_factors(K, tau, nu):
+def site_factors(K: Float[Array, "n n"], tau: Float[Array, " n"], nu: Float[Array, " n"]
+                 ) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, " n"]]:
     """(sqrt_tau, L, alpha) of the Gaussian-site posterior q(f) ∝ p(f) Π N(f_i | nu_i/tau_i,
     1/tau_i) (R&W Algorithms 2.1, 3.2 and 3.6)."""
     s, L = system_factor(K, tau)

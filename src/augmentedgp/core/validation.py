@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from jaxtyping import Float, Shaped
 
 
-def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
+def check_X(X: npt.ArrayLike, name: str = "X", d: int | None = None
+            ) -> Float[np.ndarray, "n d"]:
     """A finite, non-empty float array of shape (n, d)."""
     try:
         arr = np.asarray(X, dtype=float)
@@ -27,7 +30,7 @@ def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
     return arr
 
 
-def check_finite(arr, name: str = "y") -> np.ndarray:
+def check_finite(arr: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " ..."]:
     """A finite float array (raises ValueError naming ``name``)."""
     try:
         arr = np.asarray(arr, dtype=float)
@@ -38,7 +41,7 @@ def check_finite(arr, name: str = "y") -> np.ndarray:
     return arr
 
 
-def check_vector(y, n: int, name: str = "y") -> np.ndarray:
+def check_vector(y: npt.ArrayLike, n: int, name: str = "y") -> Shaped[np.ndarray, " n"]:
     """A vector of length n, of any dtype (an (n, 1) column is accepted)."""
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
@@ -50,7 +53,7 @@ def check_vector(y, n: int, name: str = "y") -> np.ndarray:
     return arr
 
 
-def check_y(y, n: int, name: str = "y") -> np.ndarray:
+def check_y(y: npt.ArrayLike, n: int, name: str = "y") -> Float[np.ndarray, " n"]:
     """A finite float vector of length n (an (n, 1) column is accepted)."""
     arr = check_vector(y, n, name)
     try:
@@ -62,13 +65,14 @@ def check_y(y, n: int, name: str = "y") -> np.ndarray:
     return arr
 
 
-def check_Xy(X, y):
+def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike
+             ) -> tuple[Float[np.ndarray, "n d"], Float[np.ndarray, " n"]]:
     """Validated inputs (n, d) and targets (n,) (raises ValueError)."""
     X = check_X(X)
     return X, check_y(y, X.shape[0])
 
 
-def check_binary(y, name: str = "y") -> np.ndarray:
+def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     """Binary labels in {0, 1} or {-1, +1} (or booleans) -> float array in {-1, +1}."""
     arr = np.asarray(y)
     if arr.dtype == bool:

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import History, optax_optimizer, run_steps
@@ -70,10 +71,10 @@ class Target(eqx.Module):
 
     data: tuple = ()
 
-    def log_prior(self, x):
+    def log_prior(self, x: Float[Array, " D"]) -> Float[Array, ""]:
         raise NotImplementedError
 
-    def log_likelihood(self, x, *batch):
+    def log_likelihood(self, x: Float[Array, " D"], *batch: ArrayLike) -> Float[Array, " b"]:
         """Per-example log-likelihood terms (b,)."""
         raise NotImplementedError
 
@@ -81,7 +82,8 @@ class Target(eqx.Module):
     def num_data(self) -> int:
         return int(self.data[0].shape[0]) if self.data else 0
 
-    def potentials(self, X, batch, scale):
+    def potentials(self, X: Float[Array, "N D"], batch: tuple[ArrayLike, ...],
+                   scale: float | Float[Array, ""]) -> Float[Array, " N"]:
         """phi(x_i) = -(log_prior(x_i) + scale * sum log_likelihood(x_i, batch)), (N,)."""
         def phi(x):
             lik = jnp.sum(self.log_likelihood(x, *batch)) if batch else 0.0
@@ -97,7 +99,7 @@ class LogDensity(Target):
     fn: Callable = eqx.field(static=True, default=None)
     unravel: Callable | None = eqx.field(static=True, default=None)
 
-    def log_prior(self, x):
+    def log_prior(self, x: Float[Array, " D"]) -> Float[Array, ""]:
         return self.fn(x if self.unravel is None else self.unravel(x))
 
 
@@ -129,17 +131,17 @@ class VariationalGaussian(eqx.Module):
     def dim(self) -> int:
         return int(self.mean.shape[0])
 
-    def cov(self) -> jax.Array:
+    def cov(self) -> Float[Array, "D D"]:
         """The (D, D) covariance."""
         C = self.factor @ self.factor.T
         return C if self.sd is None else C + jnp.diag(self.sd**2)
 
-    def var(self) -> jax.Array:
+    def var(self) -> Float[Array, " D"]:
         """The marginal variances (D,)."""
         v = jnp.sum(self.factor**2, axis=1)
         return v if self.sd is None else v + self.sd**2
 
-    def sample(self, key, n: int = 1) -> jax.Array:
+    def sample(self, key: PRNGKeyArray, n: int = 1) -> Float[Array, "n D"]:
         """(n, D) draws x = mean + sd * e + factor xi (eq. 16 with scalar xi per particle:
         ``factor`` is a square root of C, not a Cholesky factor)."""
         k1, k2 = jax.random.split(key)
@@ -148,11 +150,11 @@ class VariationalGaussian(eqx.Module):
             x = x + self.sd * jax.random.normal(k2, (n, self.dim))
         return x
 
-    def sample_tree(self, key, n: int = 1):
+    def sample_tree(self, key: PRNGKeyArray, n: int = 1) -> PyTree[Float[Array, "n ..."]]:
         """Draws as pytrees shaped like ``init`` (stacked along a leading axis of size n)."""
         return jax.vmap(self.unravel)(self.sample(key, n))
 
-    def entropy(self) -> jax.Array:
+    def entropy(self) -> Float[Array, ""]:
         """H[q] with the null directions of a low-rank covariance at unit variance (the
         regularised entropy of section 2.5)."""
         if self.sd is None:
@@ -165,7 +167,8 @@ class VariationalGaussian(eqx.Module):
             logdet = jnp.sum(jnp.log(s2)) + jnp.linalg.slogdet(B)[1]
         return 0.5 * logdet + 0.5 * self.dim * _LOG2PIE
 
-    def free_energy(self, target, key, n_samples: int = 1000) -> float:
+    def free_energy(self, target: Target | Callable[[PyTree], Float[Array, ""]],
+                    key: PRNGKeyArray, n_samples: int = 1000) -> float:
         """Monte Carlo estimate of F[q] = E_q[phi] - H[q] (= -ELBO) from ``n_samples``
         fresh draws (the evaluation of the thesis' experiment code)."""
         t = _as_target(target, self.unravel)
@@ -702,10 +705,13 @@ def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rat
     return dataclasses.replace(q, history=hist), fitted
 
 
-def fit_gaussian(target, init, method=None, *, key=None, max_iter: int = 1000,
-                 tol: float = 0.0, learning_rate: float = 0.01, optimizer="adam",
-                 callback=None, verbose: bool = False, chunk_size: int = 50,
-                 window: int = 20) -> VariationalGaussian:
+def fit_gaussian(target: Target | Callable[[PyTree], Float[Array, ""]],
+                 init: PyTree[Float[ArrayLike, " ..."]],
+                 method: ParticleFlow | GaussianFlow | ADVI | SVGD | None = None, *,
+                 key: PRNGKeyArray | None = None, max_iter: int = 1000, tol: float = 0.0,
+                 learning_rate: float = 0.01, optimizer: str = "adam",
+                 callback: Callable | None = None, verbose: bool = False,
+                 chunk_size: int = 50, window: int = 20) -> VariationalGaussian:
     """The Gaussian approximation of ``target`` -- a callable log density of a pytree like
     ``init``, or a :class:`Target` (minibatches, trainable parameters) -- by ``method``
     (:class:`ParticleFlow` by default; :class:`GaussianFlow`, :class:`ADVI`, :class:`SVGD`),
@@ -721,10 +727,14 @@ def fit_gaussian(target, init, method=None, *, key=None, max_iter: int = 1000,
                                window=window)[0]
 
 
-def fit_gaussian_target(target, init, method=None, *, key=None, max_iter: int = 1000,
-                        tol: float = 0.0, learning_rate: float = 0.01, optimizer="adam",
-                        callback=None, verbose: bool = False, chunk_size: int = 50,
-                        window: int = 20):
+def fit_gaussian_target(target: Target | Callable[[PyTree], Float[Array, ""]],
+                        init: PyTree[Float[ArrayLike, " ..."]],
+                        method: ParticleFlow | GaussianFlow | ADVI | SVGD | None = None, *,
+                        key: PRNGKeyArray | None = None, max_iter: int = 1000,
+                        tol: float = 0.0, learning_rate: float = 0.01, optimizer: str = "adam",
+                        callback: Callable | None = None, verbose: bool = False,
+                        chunk_size: int = 50, window: int = 20
+                        ) -> tuple[VariationalGaussian, Target]:
     """:func:`fit_gaussian` returning ``(q, target with its fitted parameters)``."""
     x0, unravel = ravel_pytree(init)
     target = _as_target(target, unravel)

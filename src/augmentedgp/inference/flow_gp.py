@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.params import real
-from augmentedgp.inference.flow import Target, fit_gaussian_target
+from augmentedgp.inference.flow import (
+    ADVI,
+    SVGD,
+    GaussianFlow,
+    ParticleFlow,
+    Target,
+    fit_gaussian_target,
+)
 from augmentedgp.models.mcgp import latent_priors
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 from augmentedgp.variational.families import LowRankQ
@@ -29,7 +38,8 @@ class GPTarget(Target):
     model: SVGP = None
     X: jax.Array = None
 
-    def potentials(self, V, batch, scale):
+    def potentials(self, V: Float[Array, "N D"], batch: tuple[ArrayLike, ...],
+                   scale: float | Float[Array, ""]) -> Float[Array, " N"]:
         idx, y = batch
         N, n, C = V.shape[0], self.X.shape[0], self.model.num_latent
         priors, per_latent = latent_priors(self.model, self.X, self.X)
@@ -44,8 +54,11 @@ class GPTarget(Target):
         return -scale * lik + 0.5 * jnp.sum(V**2, axis=1) + 0.5 * V.shape[1] * _LOG2PI
 
 
-def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: float = 0.0,
-            learning_rate: float = 0.01, optimizer="adam", callback=None, verbose: bool = False,
+def fit_vgp(model: VGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+            method: ParticleFlow | GaussianFlow | ADVI | SVGD, *,
+            key: PRNGKeyArray | None = None, max_iter: int = 1000, tol: float = 0.0,
+            learning_rate: float = 0.01, optimizer: str = "adam",
+            callback: Callable | None = None, verbose: bool = False,
             chunk_size: int = 50, window: int = 20) -> SparsePosterior:
     """``augmentedgp.fit(VGP(...), X, y, method)`` with a flow ``method``: the particles (or
     samples) live in the whitened latent space; the fitted q(v) becomes a
@@ -57,7 +70,7 @@ def fit_vgp(model: VGP, X, y, method, *, key=None, max_iter: int = 1000, tol: fl
         raise TypeError("particle flows fit VGP models (the latent values at the training "
                         f"inputs), not {type(model).__name__}")
     model = model.bind(X)
-    Xa, ya = model._data(X, y)
+    Xa, ya = model.validate_data(X, y)
     n, C = Xa.shape[0], model.num_latent
     blocks = getattr(method, "blocks", None)
     if C > 1 and blocks is None:

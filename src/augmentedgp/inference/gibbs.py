@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.flatten_util import ravel_pytree
+from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.linalg import site_alpha
@@ -235,8 +236,9 @@ def _run(model: MCGP, X, y, key, settings: GibbsSampling, verbose: bool = False)
     return _map_chains(chain, jax.random.split(key, settings.n_chains))
 
 
-def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=None,
-           verbose: bool = False):
+def sample(model: MCGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+           inference: GibbsSampling | None = None, *, key: PRNGKeyArray | None = None,
+           verbose: bool = False) -> MCPosterior:
     """Draw posterior samples of the latent function(s) at X by augmented Gibbs sampling.
 
     Returns an :class:`MCPosterior` with samples ``f`` of shape (n_chains, n_samples, n)
@@ -257,7 +259,7 @@ def sample(model: MCGP, X, y, inference: GibbsSampling | None = None, *, key=Non
             raise ValueError(f"hyperparameter moves need a prior on every trainable parameter "
                              f"({len(missing)} have none): give one with params.with_prior "
                              "or fix the parameter with params.fixed")
-    X, y = model._data(X, y)
+    X, y = model.validate_data(X, y)
     key = jax.random.PRNGKey(0) if key is None else key
     s = inference
     update = progress(verbose, s.n_chains * (s.burn_in + s.n_samples * s.thin), "Gibbs sampling")

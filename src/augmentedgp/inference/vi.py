@@ -7,14 +7,17 @@ natural-gradient step consumes.
 from __future__ import annotations
 
 import equinox as eqx
+from jaxtyping import Array, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.likelihoods import augmentable
+from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.models.sparse import SVGP, VGP
 from augmentedgp.variational.natgrad import quadrature_sites
 from augmentedgp.variational.schedules import RobbinsMonro, Schedule, as_schedule
 
 
-class _VariationalInference(eqx.Module):
+class VariationalInference(eqx.Module):
     """What the SVGP / VGP training step needs from an inference method: the data term of
     the bound (``expectations``), the Gaussian sites of the natural step (``sites``), the
     step size schedule and the minibatch size (None: full batch)."""
@@ -25,8 +28,6 @@ class _VariationalInference(eqx.Module):
     psd_sites = False  # True where every site precision gamma is >= 0 by construction
 
     def check(self, model):
-        from augmentedgp.models.sparse import SVGP, VGP
-
         if not isinstance(model, SVGP):
             raise ValueError(f"{type(self).__name__} is for SVGP and VGP models, got "
                              f"{type(model).__name__}")
@@ -40,7 +41,7 @@ class _VariationalInference(eqx.Module):
         self.batch_size = int(batch_size)
 
 
-class QuadratureVI(_VariationalInference):
+class QuadratureVI(VariationalInference):
     """Variational inference for SVGP and VGP on the full batch, with one-dimensional
     Gauss-Hermite expectations of log p(y|f) (``n_points`` nodes).
 
@@ -58,12 +59,17 @@ class QuadratureVI(_VariationalInference):
         if n_points < 1:
             raise ValueError(f"n_points must be >= 1, got {n_points}")
 
-    def expectations(self, likelihood, y, mean, var, key=None):
+    def expectations(self, likelihood: Likelihood, y: Shaped[Array, " n"],
+                     mean: Float[Array, " n *C"], var: Float[Array, " n *C"],
+                     key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """E_q[log p(y_i | f_i)] at the marginals of q(f) (``key`` seeds Monte Carlo
         likelihoods such as the softmax)."""
         return likelihood.variational_expectations(y, mean, var, self.n_points, key)
 
-    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
+    def sites(self, likelihood: Likelihood, y: Shaped[Array, " n"],
+              mean: Float[Array, " n *C"], var: Float[Array, " n *C"],
+              prior_mean: Float[Array, " n *C"], key: PRNGKeyArray | None = None
+              ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """Gaussian sites (beta, gamma) of the data at the current marginals of q(f)."""
         return quadrature_sites(likelihood, y, mean, var, prior_mean, self.n_points, key)
 
@@ -79,7 +85,7 @@ class QuadratureSVI(QuadratureVI):
         self._set_batch_size(batch_size)
 
 
-class AnalyticVI(_VariationalInference):
+class AnalyticVI(VariationalInference):
     """Augmented conjugate variational inference (thesis ch. 3 and 5, Algorithm 1) for SVGP
     and VGP on the full batch.
 
@@ -103,11 +109,16 @@ class AnalyticVI(_VariationalInference):
             raise ValueError(f"{type(self).__name__} needs an augmentable likelihood ({names}); "
                              f"use QuadratureVI for {type(model.likelihood).__name__}")
 
-    def expectations(self, likelihood, y, mean, var, key=None):
+    def expectations(self, likelihood: Likelihood, y: Shaped[Array, " n"],
+                     mean: Float[Array, " n *C"], var: Float[Array, " n *C"],
+                     key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """The augmented data term at the optimal q(w) (closed form: no key needed)."""
         return likelihood.augmented_expectations(y, mean, var)
 
-    def sites(self, likelihood, y, mean, var, prior_mean, key=None):
+    def sites(self, likelihood: Likelihood, y: Shaped[Array, " n"],
+              mean: Float[Array, " n *C"], var: Float[Array, " n *C"],
+              prior_mean: Float[Array, " n *C"], key: PRNGKeyArray | None = None
+              ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """E_{q(w)} of the augmented sites, q(w) optimal given the marginals of q(f); beta
         is shifted to the latent g = f - prior_mean that the natural step works on."""
         beta, gamma = likelihood.aux_sites(y, likelihood.aux_posterior(y, mean, var))

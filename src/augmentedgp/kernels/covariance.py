@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, positive
 
@@ -21,7 +21,8 @@ from augmentedgp.core.params import Parameter, positive
 class Kernel(eqx.Module):
     """Base class: subclasses implement ``_matrix(X, Z, symmetric)`` and ``diag(X)``."""
 
-    def __call__(self, X: jax.Array, Z: jax.Array | None = None) -> jax.Array:
+    def __call__(self, X: Float[ArrayLike, "n d"], Z: Float[ArrayLike, "m d"] | None = None
+                 ) -> Float[Array, "n m"]:
         """Covariance matrix k(X, Z): X (n, d), Z (m, d) -> (n, m); Z=None means Z=X."""
         if Z is None:
             return self._matrix(X, X, True)
@@ -30,7 +31,7 @@ class Kernel(eqx.Module):
     def _matrix(self, X, Z, symmetric: bool):
         raise NotImplementedError
 
-    def diag(self, X: jax.Array) -> jax.Array:
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         """diag k(X, X), shape (n,)."""
         raise NotImplementedError
 
@@ -54,7 +55,7 @@ class Sum(Kernel):
     def _matrix(self, X, Z, symmetric):
         return self.k1._matrix(X, Z, symmetric) + self.k2._matrix(X, Z, symmetric)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return self.k1.diag(X) + self.k2.diag(X)
 
 
@@ -67,7 +68,7 @@ class Product(Kernel):
     def _matrix(self, X, Z, symmetric):
         return self.k1._matrix(X, Z, symmetric) * self.k2._matrix(X, Z, symmetric)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return self.k1.diag(X) * self.k2.diag(X)
 
 
@@ -77,14 +78,14 @@ class Scaled(Kernel):
     kernel: Kernel
     scale: Parameter
 
-    def __init__(self, kernel: Kernel, scale=1.0):
+    def __init__(self, kernel: Kernel, scale: float | Parameter = 1.0):
         self.kernel = kernel
         self.scale = positive(scale, "scale")
 
     def _matrix(self, X, Z, symmetric):
         return self.scale.value * self.kernel._matrix(X, Z, symmetric)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return self.scale.value * self.kernel.diag(X)
 
 
@@ -127,27 +128,28 @@ class Stationary(Kernel):
     lengthscale: Parameter
     variance: Parameter
 
-    def __init__(self, lengthscale=1.0, variance=1.0):
+    def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
+                 variance: float | Parameter = 1.0):
         self.lengthscale = positive(lengthscale, "lengthscale")
         self.variance = positive(variance, "variance")
         if jnp.ndim(self.lengthscale.raw) > 1:
             raise ValueError("lengthscale must be a scalar or a 1-D array (one per input dim)")
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         raise NotImplementedError
 
     def _matrix(self, X, Z, symmetric):
         r2 = _scaled_sqdist(X, Z, self.lengthscale.value, symmetric)
         return self.variance.value * self.profile(r2)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
 
 
 class RBF(Stationary):
     """Squared exponential: v exp(-r^2 / 2)."""
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         return jnp.exp(-0.5 * r2)
 
 
@@ -157,14 +159,14 @@ SquaredExponential = RBF
 class Matern12(Stationary):
     """Matern nu=1/2 (exponential): v exp(-r)."""
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         return jnp.exp(-_safe_sqrt(r2))
 
 
 class Matern32(Stationary):
     """Matern nu=3/2: v (1 + sqrt(3) r) exp(-sqrt(3) r)."""
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         s = math.sqrt(3.0) * _safe_sqrt(r2)
         return (1.0 + s) * jnp.exp(-s)
 
@@ -172,7 +174,7 @@ class Matern32(Stationary):
 class Matern52(Stationary):
     """Matern nu=5/2: v (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         s = math.sqrt(5.0) * _safe_sqrt(r2)
         return (1.0 + s + 5.0 * r2 / 3.0) * jnp.exp(-s)
 
@@ -182,11 +184,12 @@ class RationalQuadratic(Stationary):
 
     alpha: Parameter
 
-    def __init__(self, lengthscale=1.0, variance=1.0, alpha=1.0):
+    def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
+                 variance: float | Parameter = 1.0, alpha: float | Parameter = 1.0):
         super().__init__(lengthscale, variance)
         self.alpha = positive(alpha, "alpha")
 
-    def profile(self, r2):
+    def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         a = self.alpha.value
         return jnp.exp(-a * jnp.log1p(r2 / (2.0 * a)))
 
@@ -205,7 +208,9 @@ class Periodic(Kernel):
     variance: Parameter
     period: Parameter
 
-    def __init__(self, lengthscale=1.0, variance=1.0, period=1.0):
+    def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
+                 variance: float | Parameter = 1.0,
+                 period: float | Float[ArrayLike, " d"] | Parameter = 1.0):
         self.lengthscale = positive(lengthscale, "lengthscale")
         self.variance = positive(variance, "variance")
         self.period = positive(period, "period")
@@ -226,7 +231,7 @@ class Periodic(Kernel):
             e = 0.5 * (e + e.T) * (1.0 - jnp.eye(X.shape[0], dtype=e.dtype))
         return self.variance.value * jnp.exp(-e)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
 
 
@@ -238,13 +243,13 @@ class Linear(Kernel):
 
     variance: Parameter
 
-    def __init__(self, variance=1.0):
+    def __init__(self, variance: float | Float[ArrayLike, " d"] | Parameter = 1.0):
         self.variance = positive(variance, "variance")
 
     def _matrix(self, X, Z, symmetric):
         return (X * self.variance.value) @ Z.T
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.sum(X**2 * self.variance.value, axis=-1)
 
 
@@ -255,7 +260,8 @@ class Polynomial(Kernel):
     offset: Parameter
     degree: int = eqx.field(static=True)
 
-    def __init__(self, degree: int = 2, variance=1.0, offset=1.0):
+    def __init__(self, degree: int = 2, variance: float | Parameter = 1.0,
+                 offset: float | Parameter = 1.0):
         if int(degree) != degree or degree < 1:
             raise ValueError(f"degree must be an integer >= 1, got {degree!r}")
         self.degree = int(degree)
@@ -265,7 +271,7 @@ class Polynomial(Kernel):
     def _matrix(self, X, Z, symmetric):
         return (self.variance.value * (X @ Z.T) + self.offset.value) ** self.degree
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return (self.variance.value * jnp.sum(X**2, -1) + self.offset.value) ** self.degree
 
 
@@ -274,13 +280,13 @@ class Constant(Kernel):
 
     variance: Parameter
 
-    def __init__(self, variance=1.0):
+    def __init__(self, variance: float | Parameter = 1.0):
         self.variance = positive(variance, "variance")
 
     def _matrix(self, X, Z, symmetric):
         return jnp.full((X.shape[0], Z.shape[0]), self.variance.value, dtype=X.dtype)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 
@@ -290,7 +296,7 @@ class White(Kernel):
 
     variance: Parameter
 
-    def __init__(self, variance=1.0):
+    def __init__(self, variance: float | Parameter = 1.0):
         self.variance = positive(variance, "variance")
 
     def _matrix(self, X, Z, symmetric):
@@ -298,7 +304,7 @@ class White(Kernel):
             return self.variance.value * jnp.eye(X.shape[0], dtype=X.dtype)
         return jnp.zeros((X.shape[0], Z.shape[0]), dtype=X.dtype)
 
-    def diag(self, X):
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, real
 
@@ -12,14 +12,14 @@ from augmentedgp.core.params import Parameter, real
 class Mean(eqx.Module):
     """Base class of mean functions: ``mean(X)`` maps (n, d) inputs to (n,) values."""
 
-    def __call__(self, X: jax.Array) -> jax.Array:
+    def __call__(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         raise NotImplementedError
 
 
 class Zero(Mean):
     """m(x) = 0."""
 
-    def __call__(self, X):
+    def __call__(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.zeros(X.shape[:1], dtype=X.dtype)
 
 
@@ -28,10 +28,10 @@ class Constant(Mean):
 
     c: Parameter
 
-    def __init__(self, c=0.0):
+    def __init__(self, c: float | Parameter = 0.0):
         self.c = real(c, "c")
 
-    def __call__(self, X):
+    def __call__(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         return jnp.broadcast_to(self.c.value, X.shape[:1]).astype(X.dtype)
 
 
@@ -41,13 +41,14 @@ class Linear(Mean):
     weights: Parameter
     bias: Parameter
 
-    def __init__(self, weights, bias=0.0):
+    def __init__(self, weights: Float[ArrayLike, " d"] | Parameter,
+                 bias: float | Parameter = 0.0):
         self.weights = real(weights, "weights")
         self.bias = real(bias, "bias")
         if jnp.ndim(self.weights.raw) != 1:
             raise ValueError("weights must be a 1-D array with one entry per input column")
 
-    def __call__(self, X):
+    def __call__(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         if X.shape[-1] != self.weights.raw.shape[0]:
             raise ValueError(
                 f"Linear mean has {self.weights.raw.shape[0]} weights but X has "

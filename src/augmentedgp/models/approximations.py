@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, Float, Int
 
 from augmentedgp.core import linalg
 from augmentedgp.core.linalg import site_alpha, system_factor
@@ -31,11 +32,13 @@ class Exact(eqx.Module):
                 f"{type(model.likelihood).__name__}"
             )
 
-    def log_marginal_likelihood(self, model, X, y):
+    def log_marginal_likelihood(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                                ) -> Float[Array, ""]:
         K = model.kernel(X) + model.likelihood.variance.value * jnp.eye(X.shape[0], dtype=X.dtype)
         return linalg.mvn_logpdf(y - model.mean(X), K)  # R&W eq. 2.30
 
-    def approximate(self, model, X, y):
+    def approximate(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                    ) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, ""]]:
         s2 = sg(model.likelihood.variance.value)
         tau = jnp.full(y.shape, 1.0 / s2, dtype=X.dtype)
         nu = sg(y - model.mean(X)) / s2
@@ -70,7 +73,8 @@ class Laplace(eqx.Module):
     def _psi(self, lik, m, y, g, a):
         return -0.5 * a @ g + jnp.sum(lik.log_prob(y, g + m))  # R&W eq. 3.12 at f = K a
 
-    def mode(self, model, X, y):
+    def mode(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+             ) -> tuple[Float[Array, " n"], Int[Array, ""]]:
         """The posterior mode g = f - m (stop-gradient) and the number of Newton steps."""
         lik = model.likelihood
         K, m = sg(model.kernel(X)), sg(model.mean(X))
@@ -100,7 +104,8 @@ class Laplace(eqx.Module):
         g, _, _, _, it = lax.while_loop(cond, body, init)
         return g, it
 
-    def approximate(self, model, X, y):
+    def approximate(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                    ) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, ""]]:
         lik = model.likelihood
         K, m = model.kernel(X), model.mean(X)
         g_hat, _ = self.mode(model, X, y)
@@ -111,7 +116,8 @@ class Laplace(eqx.Module):
         lml = self._psi(lik, m, y, g, a) - jnp.sum(jnp.log(jnp.diagonal(L)))  # R&W eq. 3.32
         return sg(W), sg(W * g + lik.grad_log_prob(y, f)), lml
 
-    def log_marginal_likelihood(self, model, X, y):
+    def log_marginal_likelihood(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                                ) -> Float[Array, ""]:
         return self.approximate(model, X, y)[2]
 
 
@@ -150,7 +156,8 @@ class EP(eqx.Module):
         Sigma = K - V.T @ V
         return Sigma, Sigma @ nu, s, L
 
-    def fit_sites(self, model, X, y):
+    def fit_sites(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                  ) -> tuple[Float[Array, " n"], Float[Array, " n"], Int[Array, ""]]:
         """Converged site parameters (tau, nu) (stop-gradient) and the number of sweeps."""
         K, m = sg(model.kernel(X)), sg(model.mean(X))
         n = y.shape[0]
@@ -180,7 +187,8 @@ class EP(eqx.Module):
                                         sweep, (zeros, zeros, jnp.inf, 0))
         return tau, nu, it
 
-    def approximate(self, model, X, y):
+    def approximate(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                    ) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, ""]]:
         K, m = model.kernel(X), model.mean(X)
         tau, nu, _ = self.fit_sites(model, X, y)
         Sigma, mu, s, L = self._posterior(sg(K), tau, nu)
@@ -203,5 +211,6 @@ class EP(eqx.Module):
         G = 0.5 * (jnp.outer(alpha, alpha) - R)
         return tau, nu, sg(value) + jnp.sum(G * (K - sg(K))) + alpha @ (m - sg(m))
 
-    def log_marginal_likelihood(self, model, X, y):
+    def log_marginal_likelihood(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
+                                ) -> Float[Array, ""]:
         return self.approximate(model, X, y)[2]

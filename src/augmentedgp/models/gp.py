@@ -6,10 +6,12 @@ import dataclasses
 
 import equinox as eqx
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.errors import NotPositiveDefiniteError
 from augmentedgp.core.linalg import site_factors
+from augmentedgp.core.loop import History
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
@@ -57,24 +59,30 @@ class GP(eqx.Module):
         inference.check(self)
         return inference
 
-    def _data(self, X, y):
+    def validate_data(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]
+                      ) -> tuple[Float[Array, "n d"], Shaped[Array, " n"]]:
+        """(X, y) checked at the public boundary and as JAX arrays (a clear ValueError
+        otherwise)."""
         X = check_X(X)
         y = self.likelihood.targets(y, X.shape[0])
         return jnp.asarray(X), jnp.asarray(y)
 
-    def log_marginal_likelihood(self, X, y, inference=None) -> float:
+    def log_marginal_likelihood(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                                inference: Exact | Laplace | EP | None = None) -> float:
         """log p(y | X) at the current hyperparameters (approximate for Laplace/EP)."""
         inference = self._inference(inference)
-        X, y = self._data(X, y)
+        X, y = self.validate_data(X, y)
         value = _lml(self, X, y, inference)
         if not jnp.isfinite(value):
             raise NotPositiveDefiniteError("kernel matrix")
         return float(value)
 
-    def posterior(self, X, y, inference=None, history=None) -> SitePosterior:
+    def posterior(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                  inference: Exact | Laplace | EP | None = None,
+                  history: History | None = None) -> SitePosterior:
         """Condition on data at the current hyperparameters (no optimisation)."""
         inference = self._inference(inference)
-        X, y = self._data(X, y)
+        X, y = self.validate_data(X, y)
         post = _posterior(self, X, y, inference)
         linalg.check_cholesky(post.L, "posterior system matrix I + S K S")
         if not bool(jnp.isfinite(post.lml)):

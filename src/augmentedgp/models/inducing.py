@@ -20,8 +20,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import numpy as np
+from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray
 
 from augmentedgp.core.validation import check_X
+from augmentedgp.kernels.covariance import Kernel
 
 __all__ = ["random_subset", "kmeans", "greedy_variance", "oips"]
 
@@ -51,7 +53,8 @@ def _sqdist(X, C):
     return np.maximum(d2, 0.0)
 
 
-def random_subset(X, M: int, key) -> np.ndarray:
+def random_subset(X: Float[ArrayLike, "n d"], M: int, key: PRNGKeyArray
+                  ) -> Float[np.ndarray, "M d"]:
     """M distinct rows of X (distinct values: duplicates count once), chosen uniformly."""
     X = check_X(X)
     distinct = _check_M(M, X)
@@ -59,8 +62,8 @@ def random_subset(X, M: int, key) -> np.ndarray:
     return X[distinct[pick]].copy()
 
 
-def kmeans(X, M: int, key, n_iter: int = 25, n_init: int = 1,
-           n_local_trials: int | None = None) -> np.ndarray:
+def kmeans(X: Float[ArrayLike, "n d"], M: int, key: PRNGKeyArray, n_iter: int = 25, n_init: int = 1,
+           n_local_trials: int | None = None) -> Float[np.ndarray, "M d"]:
     """k-means centres: k-means++ seeding then at most ``n_iter`` Lloyd iterations (stopping
     when the assignment no longer changes); empty clusters move to the farthest points.
 
@@ -160,7 +163,10 @@ def _pivoted_cholesky(X: np.ndarray, M: int, kernel, threshold: float):
     return np.asarray(idx, dtype=int), L[:, : len(idx)], d
 
 
-def greedy_variance(X, M: int, kernel, threshold: float = 0.0, return_indices: bool = False):
+def greedy_variance(X: Float[ArrayLike, "n d"], M: int, kernel: Kernel, threshold: float = 0.0,
+                    return_indices: bool = False
+                    ) -> Float[np.ndarray, "m d"] | tuple[Float[np.ndarray, "m d"],
+                                                          Int[np.ndarray, " m"]]:
     """Greedy conditional-variance selection (Burt, Rasmussen & van der Wilk, 2020).
 
     Repeatedly adds the row x of X with the largest conditional variance k(x, x) - Q(x, x)
@@ -195,7 +201,9 @@ def _block_kernels(kernel, B, Z):
     return kernel.diag(B), kernel(B), kernel(B, Z), kernel.diag(Z)
 
 
-def oips(X, kernel, rho: float, Z=None, max_points: int | None = None) -> np.ndarray:
+def oips(X: Float[ArrayLike, "n d"], kernel: Kernel, rho: float,
+         Z: Float[ArrayLike, "M d"] | None = None, max_points: int | None = None
+         ) -> Float[np.ndarray, "m d"]:
     """Online inducing point selection (Galy-Fajou & Opper, 2020, Algorithm 1).
 
     The rows of X are streamed in order; x is appended to Z when

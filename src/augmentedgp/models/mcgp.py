@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import equinox as eqx
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import logsumexp
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core import diagnostics, linalg
@@ -42,7 +44,9 @@ class MCGP(eqx.Module):
     latent_kernels: bool = eqx.field(static=True, default=False)
     latent_means: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, kernel, likelihood, *, mean=None, inducing=None):
+    def __init__(self, kernel: Kernel | Sequence[Kernel], likelihood: Likelihood, *,
+                 mean: Mean | Sequence[Mean] | None = None,
+                 inducing: Float[ArrayLike, "M d"] | Parameter | None = None):
         if isinstance(likelihood, Likelihood) and not isinstance(likelihood, Augmented):
             raise ValueError(f"{type(likelihood).__name__} has no augmentation, so it cannot be "
                              "Gibbs-sampled; augmented likelihoods: "
@@ -54,7 +58,10 @@ class MCGP(eqx.Module):
 
     num_latent = SVGP.num_latent
 
-    def _data(self, X, y):
+    def validate_data(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]
+                      ) -> tuple[Float[Array, "n d"], Shaped[Array, " n"]]:
+        """(X, y) checked at the public boundary and as JAX arrays (a clear ValueError
+        otherwise)."""
         d = None if self.inducing is None else self.inducing.value.shape[1]
         X = check_X(X, d=d)
         return jnp.asarray(X), jnp.asarray(self.likelihood.targets(y, X.shape[0]))
@@ -145,7 +152,8 @@ class MCPosterior(Predictive):
         ((C,) n*, n*) -- of f(Xnew) given each sample (S = n_chains * n_samples)."""
         return _conditionals(self, self._check_new(Xnew), full_cov)
 
-    def predict_f(self, Xnew, full_cov: bool = False):
+    def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         """Posterior mean and variance (or covariance) of f(Xnew): the moments of the
         mixture over samples of the Gaussian conditionals p(f(Xnew) | sample)."""
         means, var = self._conditionals(Xnew, full_cov)
@@ -158,7 +166,8 @@ class MCPosterior(Predictive):
             return mean, var + d.T @ d / d.shape[0]
         return mean, var + jnp.einsum("sic,sjc->cij", d, d) / d.shape[0]
 
-    def predict_y(self, Xnew):
+    def predict_y(self, Xnew: Float[ArrayLike, "n d"]
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """Mean and variance of y at Xnew, mixed over the samples (multi-class: the class
         probabilities p and p (1 - p), as for the other posteriors)."""
         if hasattr(self.likelihood, "classes"):  # class probabilities p and p (1 - p)
@@ -169,7 +178,7 @@ class MCPosterior(Predictive):
         mean = jnp.mean(ey, 0)
         return mean, jnp.mean(vy + ey**2, 0) - mean**2
 
-    def predict_proba(self, Xnew):
+    def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,), or p(y = k | Xnew, data) (n*, C): the average over
         samples of p(y | f(Xnew)) integrated over p(f(Xnew) | sample) (by the likelihood's
         quadrature for binary likelihoods; by one draw per sample for multi-class ones)."""
@@ -181,7 +190,8 @@ class MCPosterior(Predictive):
             return jnp.mean(self.likelihood.predict_proba(means, var), 0)
         return _class_proba(self.likelihood, means, var)
 
-    def predict_log_density(self, Xnew, ynew):
+    def predict_log_density(self, Xnew: Float[ArrayLike, "n d"], ynew: Shaped[ArrayLike, " n"]
+                            ) -> Float[Array, " n"]:
         """log p(y* | x*, data) per test point: log of the sample average of p(y* | sample)."""
         Xnew = self._check_new(Xnew)
         ynew = jnp.asarray(self.likelihood.targets(ynew, Xnew.shape[0], "ynew"))
@@ -194,11 +204,11 @@ class MCPosterior(Predictive):
 
     # --- diagnostics ---------------------------------------------------------------------
 
-    def rhat(self) -> np.ndarray:
+    def rhat(self) -> Float[np.ndarray, " n *C"]:
         """Rank-normalised split R-hat of f at each training input (n,) or (n, C)."""
         return diagnostics.split_rhat(self.f)
 
-    def ess(self) -> np.ndarray:
+    def ess(self) -> Float[np.ndarray, " n *C"]:
         """Bulk effective sample size of f at each training input (n,) or (n, C)."""
         return diagnostics.ess_bulk(self.f)
 

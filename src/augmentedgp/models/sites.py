@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.validation import check_X
@@ -24,14 +25,16 @@ class Predictive(eqx.Module):
     """The prediction verbs, from a subclass's ``predict_f(Xnew, full_cov)``,
     ``_check_new(Xnew)`` (validated inputs) and ``likelihood``."""
 
-    def predict_f(self, Xnew, full_cov: bool = False):
+    def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         raise NotImplementedError
 
-    def predict_y(self, Xnew):
+    def predict_y(self, Xnew: Float[ArrayLike, "n d"]
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
         return self.likelihood.predict_y(*self.predict_f(Xnew))
 
-    def predict_proba(self, Xnew):
+    def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
         (n*, C) for multi-class ones, averaged over the latent posterior."""
         if not hasattr(self.likelihood, "predict_proba"):
@@ -39,13 +42,15 @@ class Predictive(eqx.Module):
                             f"multi-class), not {self.likelihood}")
         return self.likelihood.predict_proba(*self.predict_f(Xnew))
 
-    def predict_log_density(self, Xnew, ynew):
+    def predict_log_density(self, Xnew: Float[ArrayLike, "n d"], ynew: Shaped[ArrayLike, " n"]
+                            ) -> Float[Array, " n"]:
         """log p(y* | x*, data) = log int p(y*|f) q(f) df per test point (n*,)."""
         Xnew = self._check_new(Xnew)
         ynew = jnp.asarray(self.likelihood.targets(ynew, Xnew.shape[0], "ynew"))
         return self.likelihood.predictive_log_prob(ynew, *self.predict_f(Xnew))
 
-    def sample_f(self, key, Xnew, n_samples: int = 1):
+    def sample_f(self, key: PRNGKeyArray, Xnew: Float[ArrayLike, "n d"], n_samples: int = 1
+                 ) -> Float[Array, "S n *C"]:
         """Joint posterior samples of f at Xnew, shape (n_samples, n*) -- or
         (n_samples, n*, C) for C latent functions (independent across latents)."""
         mean, cov = self.predict_f(Xnew, full_cov=True)
@@ -58,7 +63,7 @@ class Predictive(eqx.Module):
         samples = mean + jnp.einsum("cij,sjc->sic", Lc, eps)
         return samples[..., 0] if single else samples
 
-    def predict_class(self, Xnew):
+    def predict_class(self, Xnew: Float[ArrayLike, "n d"]) -> Shaped[np.ndarray, " n"]:
         """The most probable class label at each row of Xnew (multi-class likelihoods),
         in the labels the likelihood was given."""
         classes = getattr(self.likelihood, "classes", None)
@@ -97,7 +102,8 @@ class SitePosterior(Predictive):
     def _check_new(self, Xnew):
         return jnp.asarray(check_X(Xnew, "Xnew", d=self.X.shape[1]))
 
-    def predict_f(self, Xnew, full_cov: bool = False):
+    def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
+                  ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""
         # the arrays, not self: its static history would make every fit compile anew
         return self._moments(self._check_new(Xnew), full_cov)

@@ -15,12 +15,14 @@ per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and theta1 = A D^
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core import linalg
@@ -36,7 +38,7 @@ from augmentedgp.variational.families import NaturalQ, QPosterior, make_q, map_l
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-def inducing_parameter(Z) -> Parameter:
+def inducing_parameter(Z: Float[ArrayLike, "M d"] | Parameter) -> Parameter:
     if isinstance(Z, Parameter):
         arr = np.asarray(Z.value)
     else:
@@ -130,7 +132,9 @@ class SVGP(Predictive):
     latent_kernels: bool = eqx.field(static=True, default=False)
     latent_means: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, kernel, likelihood, inducing, *, mean=None, q="whitened"):
+    def __init__(self, kernel: Kernel | Sequence[Kernel], likelihood: Likelihood,
+                 inducing: Float[ArrayLike, "M d"] | Parameter, *,
+                 mean: Mean | Sequence[Mean] | None = None, q: str | QPosterior = "whitened"):
         self.kernel, self.mean, self.latent_kernels, self.latent_means = latent_prior(
             kernel, likelihood, mean)
         self.likelihood = likelihood
@@ -174,7 +178,7 @@ class SVGP(Predictive):
 
     # --- the bound ------------------------------------------------------------------------
 
-    def project(self, X, full_cov: bool = False) -> Projection:
+    def project(self, X: Float[Array, "n d"], full_cov: bool = False) -> Projection:
         return self._project(X, full_cov)[0]
 
     def _project(self, X, full_cov: bool = False, kl: bool = False):
@@ -203,9 +207,20 @@ class SVGP(Predictive):
             kl_value = jnp.sum(kl_value)
         return p, (kl_value if kl else None)
 
-    def prior_kl(self) -> jax.Array:
+    def prior_factors(self):
+        """(Kmm, its jittered Cholesky factor) at the inducing inputs, leading with the latent
+        axis when there are several latent functions."""
+        Z = self.inducing.value
+
+        def prior(kernel, mean):
+            Kmm = kernel(Z)
+            return Kmm, linalg.cholesky(Kmm)
+
+        return self._per_latent(prior, lambda q, p: p)
+
+    def prior_kl(self) -> Float[Array, ""]:
         """KL(q(u) || p(u)) (summed over the latent functions)."""
-        self._input_dim()
+        self.input_dim()
         Z = self.inducing.value
 
         def prior(kernel, mean):
@@ -217,41 +232,47 @@ class SVGP(Predictive):
     def _elbo(self, X, y, scale=1.0, augmented: bool = False):
         expectations = (self.likelihood.augmented_expectations if augmented
                         else self.likelihood.variational_expectations)
-        return self._elbo_projection(X, y, scale, expectations)[0]
+        return self.elbo_projection(X, y, scale, expectations)[0]
 
-    def _elbo_projection(self, X, y, scale, expectations):
+    def elbo_projection(self, X, y, scale, expectations):
         """(ELBO with the data term ``expectations(y, mean, var)`` scaled by ``scale``, the
         projection at X)."""
         p, kl = self._project(X, kl=True)
         return scale * jnp.sum(expectations(y, p.mean, p.var)) - kl, p
 
-    def _input_dim(self) -> int:
+    def input_dim(self) -> int:
+        """The number of input columns d (of the inducing inputs)."""
         if self.inducing is None:
             raise ValueError("this VGP is not bound to data yet: use augmentedgp.fit(model, X, "
                              "y) or model.bind(X)")
         return self.inducing.value.shape[1]
 
-    def _data(self, X, y, name="X"):
-        X = check_X(X, name, d=self._input_dim())
+    def validate_data(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], name: str = "X"
+                      ) -> tuple[Float[Array, "n d"], Shaped[Array, " n"]]:
+        """(X, y) checked at the public boundary and as JAX arrays (a clear ValueError
+        otherwise)."""
+        X = check_X(X, name, d=self.input_dim())
         y = self.likelihood.targets(y, X.shape[0], "y" if name == "X" else "ynew")
         return jnp.asarray(X), jnp.asarray(y)
 
-    def elbo(self, X, y, num_data: int | None = None, augmented: bool = False) -> float:
+    def elbo(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+             num_data: int | None = None, augmented: bool = False) -> float:
         """The evidence lower bound on (X, y); with ``num_data`` the minibatch estimate
         (num_data / len(X)) sum E[log p] - KL of the bound on num_data points. With
         ``augmented=True`` the bound of the augmented model at the optimal q(w) (what
         AnalyticVI maximises; never above the plain bound)."""
         _check_augmented(self.likelihood, augmented)
-        X, y = self._data(X, y)
+        X, y = self.validate_data(X, y)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return float(_elbo_jit(self, X, y, jnp.asarray(scale), augmented))
 
     # --- predictions ----------------------------------------------------------------------
 
     def _check_new(self, Xnew):
-        return jnp.asarray(check_X(Xnew, "Xnew", d=self._input_dim()))
+        return jnp.asarray(check_X(Xnew, "Xnew", d=self.input_dim()))
 
-    def predict_f(self, Xnew, full_cov: bool = False):
+    def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov;
         with C latent functions (n*, C) and (n*, C), or (C, n*, n*)."""
         return _predict_f(self, self._check_new(Xnew), full_cov)
@@ -262,7 +283,7 @@ class SVGP(Predictive):
 
     @property
     def num_inducing(self) -> int:
-        self._input_dim()
+        self.input_dim()
         return int(self.inducing.value.shape[0])
 
 
@@ -272,14 +293,15 @@ class VGP(SVGP):
 
     q_kind: str = eqx.field(static=True, default="whitened")
 
-    def __init__(self, kernel, likelihood, *, mean=None, q: str = "whitened"):
+    def __init__(self, kernel: Kernel | Sequence[Kernel], likelihood: Likelihood, *,
+                 mean: Mean | Sequence[Mean] | None = None, q: str = "whitened"):
         self.kernel, self.mean, self.latent_kernels, self.latent_means = latent_prior(
             kernel, likelihood, mean)
         self.likelihood = likelihood
         make_q(q, jnp.eye(1))  # validates the kind
         self.inducing, self.q, self.q_kind = None, None, q
 
-    def bind(self, X) -> VGP:
+    def bind(self, X: Float[ArrayLike, "n d"]) -> VGP:
         """This model with its latent values at the rows of X (q at the prior), unless it
         is already bound to X."""
         X = check_X(X)
@@ -315,8 +337,9 @@ class SGPR(eqx.Module):
     inducing: Parameter
     method: str = eqx.field(static=True, default="vfe")
 
-    def __init__(self, kernel, inducing, *, noise=None, likelihood=None, mean=None,
-                 method: str = "vfe"):
+    def __init__(self, kernel: Kernel, inducing: Float[ArrayLike, "M d"] | Parameter, *,
+                 noise: float | Parameter | None = None, likelihood: Gaussian | None = None,
+                 mean: Mean | None = None, method: str = "vfe"):
         if likelihood is not None and noise is not None:
             raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
         likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
@@ -354,31 +377,34 @@ class SGPR(eqx.Module):
             jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
         return lower_det + tail
 
-    def _data(self, X, y):
+    def validate_data(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]
+                      ) -> tuple[Float[Array, "n d"], Float[Array, " n"]]:
+        """(X, y) checked at the public boundary and as JAX arrays (a clear ValueError
+        otherwise)."""
         X = check_X(X, d=self.inducing.value.shape[1])
         return jnp.asarray(X), jnp.asarray(check_y(y, X.shape[0]))
 
-    def objective(self, X, y) -> float:
+    def objective(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
         """The training objective: the collapsed bound (vfe) or log marginal likelihood
         of the DTC / FITC approximation."""
-        return float(_sgpr_objective(self, *self._data(X, y)))
+        return float(_sgpr_objective(self, *self.validate_data(X, y)))
 
-    def elbo(self, X, y) -> float:
+    def elbo(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
         """Titsias' collapsed lower bound on log p(y) (whatever ``method``)."""
-        return float(_sgpr_elbo(self, *self._data(X, y)))
+        return float(_sgpr_elbo(self, *self.validate_data(X, y)))
 
-    def upper_bound(self, X, y) -> float:
+    def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
         """Titsias' upper bound on log p(y) (seed 004 B.4): a diagnostic of the gap."""
-        return float(_sgpr_upper(self, *self._data(X, y)))
+        return float(_sgpr_upper(self, *self.validate_data(X, y)))
 
-    def optimal_q(self, X, y) -> NaturalQ:
+    def optimal_q(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> NaturalQ:
         """The closed-form q(u) of the method, as whitened natural parameters."""
-        return _sgpr_q(self, *self._data(X, y))
+        return _sgpr_q(self, *self.validate_data(X, y))
 
-    def to_svgp(self, X, y) -> SVGP:
+    def to_svgp(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> SVGP:
         """An SVGP holding this model's optimal q(u): predictions without the data."""
         return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
-                    q=_sgpr_q(self, *self._data(X, y)))
+                    q=_sgpr_q(self, *self.validate_data(X, y)))
 
 
 @eqx.filter_jit
@@ -428,7 +454,8 @@ class SparsePosterior(Predictive):
     y: jax.Array
     history: object = eqx.field(static=True, default=None)
 
-    def predict_f(self, Xnew, full_cov: bool = False):
+    def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         return self.model.predict_f(Xnew, full_cov)
 
     def _moments(self, Xnew, full_cov: bool = False):
@@ -460,7 +487,7 @@ class SparsePosterior(Predictive):
         return self.model.likelihood
 
     @property
-    def inducing(self):
+    def inducing(self) -> Float[Array, "M d"]:
         return self.model.inducing.value
 
 

@@ -4,9 +4,9 @@ The AnalyticVI / AnalyticSVI updates touch the data only through sums over point
 (thesis ch. 3 Algorithm 1 and eq. 12, ch. 5 Algorithm 3): the data term of the bound
 sum_i E[log p(y_i | f_i)] (at the optimal q(w_i)), its gradient in the hyperparameters,
 and the natural-gradient statistics sum_i beta_i a_i and sum_i gamma_i a_i a_i^T with
-a_i = Lmm^-1 k_Z(x_i) (:func:`augmentedgp.natgrad.site_statistics`). Each partition
-computes its sums where it lives (:func:`partition_statistics`); the driver adds them in
-partition order and takes exactly the step of :func:`augmentedgp.fit` -- Adam on the
+a_i = Lmm^-1 k_Z(x_i). Each partition computes its sums where it lives
+(:func:`partition_statistics`); the driver adds them in partition order and takes exactly
+the update of :func:`augmentedgp.fit` (the one iteration of ``training.step``) -- Adam on the
 hyperparameters, the natural step on q(u), the same minibatches from the same key and the
 same stopping rule in the same training loop -- so the result equals the single-machine
 fit up to rounding. Communication per partition and iteration is O(M^2 + #hyperparameters).
@@ -45,124 +45,87 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from augmentedgp.core import linalg
 from augmentedgp.core.loop import optax_optimizer, run_steps
-from augmentedgp.core.params import log_prior, partition_trainable
 from augmentedgp.core.validation import check_X
-from augmentedgp.inference.vi import _VariationalInference
+from augmentedgp.inference.vi import VariationalInference
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
-from augmentedgp.training.fit import _batch, _with_q
+from augmentedgp.training.step import (
+    Statistics,
+    VISetup,
+    VIState,
+    batch_rows,
+    init_state,
+    model_at,
+    prior_objective,
+    statistics,
+    update,
+)
 from augmentedgp.variational.families import SiteQ
-from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
 
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 
 
-class Statistics(NamedTuple):
-    """The sums over one partition's (weighted) points that the driver's step needs."""
-
-    value: jax.Array  # sum_i w_i E_q[log p(y_i | f_i)] (unscaled data term of the bound)
-    grad: object  # its gradient in the hyperparameters (zeros when not asked for)
-    s1: jax.Array  # sum_i w_i beta_i a_i                        (M,) or (C, M)
-    S2: jax.Array  # sum_i w_i gamma_i a_i a_i^T                 (M, M) or (C, M, M)
-
-
-def partition_statistics(hyp, q, static, inference, X, y, w, key, need_grad: bool):
-    """:class:`Statistics` of the points (X, y) with weights w (1 for data, 0 for padding)
-    at the model ``combine(hyp with q, static)``."""
-    model_of = lambda h: eqx.combine(_with_q(h, q), static)
-    multi = model_of(hyp).num_latent > 1
-
-    def data_term(h):
-        model = model_of(h)
-        p, _ = model._project(X)
-        e = inference.expectations(model.likelihood, y, p.mean, p.var, key)
-        return jnp.sum(w * e), p
-
-    if need_grad:
-        (value, p), grad = jax.value_and_grad(data_term, has_aux=True)(hyp)
-    else:
-        (value, p), grad = data_term(hyp), jax.tree_util.tree_map(jnp.zeros_like, hyp)
-    p = jax.tree_util.tree_map(lax.stop_gradient, p)
-    beta, gamma = inference.sites(model_of(hyp).likelihood, y, p.mean, p.var, p.prior_mean,
-                                  key)
-    wl = w[:, None] if multi else w
-    return Statistics(value, grad, *site_statistics(p.A, wl * beta, wl * gamma, multi))
+def partition_statistics(hyper, q, static, inference, X, y, w, key, need_grad: bool):
+    """The :class:`~augmentedgp.training.step.Statistics` of one partition's points (X, y)
+    with weights w (1 for data, 0 for padding): the unscaled data part of the objective,
+    -sum_i w_i E_q[log p(y_i | f_i)], its gradient and the natural-gradient statistics."""
+    return statistics(hyper, q, static, inference, X, y, w, key, need_grad)[0]
 
 
 _statistics = eqx.filter_jit(partition_statistics)
 
 
-def _select(carry, n: int, batch_size):
-    """The rows of step t -- the same draw as :func:`augmentedgp.fit` makes from the same
-    key -- with the advanced key and permutation and the scale n / |B|."""
-    rows = jnp.arange(n)
-    rows, _, key, perm, scale = _batch(rows, rows, carry[4], carry[5], carry[6], batch_size)
-    return rows, key, perm, scale
+def _reduce(state: VIState, stats: Statistics, scale, static):
+    """The whole objective from the partitions' sums: scale times the data part plus the
+    prior part KL - log prior (computed once, on the driver)."""
+    prior_value, prior_grad = prior_objective(state.hyper, state.q, static)
+    grad = jax.tree_util.tree_map(lambda d, g: scale * d + g, stats.grad, prior_grad)
+    return stats._replace(value=scale * stats.value + prior_value, grad=grad)
 
 
-def _update(carry, stats, key, perm, scale, do_hyper, static, inference, opt):
-    """The driver's half of one iteration: the objective -(scale * data - KL + log prior),
-    an optimizer step on the hyperparameters (when ``do_hyper``) with the data gradient
-    from the partitions, and the natural step on q(u) from the summed statistics."""
-    hyp, q, opt_state, sched, t = carry[:5]
-    model_of = lambda h: eqx.combine(_with_q(h, q), static)
-    prior_value, prior_grad = jax.value_and_grad(
-        lambda h: model_of(h).prior_kl() - log_prior(model_of(h)))(hyp)
-    value = -scale * stats.value + prior_value
-
-    def hyper_step(_):
-        grad = jax.tree_util.tree_map(lambda d, g: -scale * d + g, stats.grad, prior_grad)
-        updates, state = opt.update(grad, opt_state, hyp)
-        return eqx.apply_updates(hyp, updates), state
-
-    new_hyp, opt_state = lax.cond(do_hyper, hyper_step, lambda _: (hyp, opt_state), None)
-    model = model_of(hyp)
-    Z = model.inducing.value
-    Lmm = model._per_latent(lambda k, m: linalg.cholesky(k(Z)), lambda qq, L: L)
-    new_q, rho, sched = statistics_step(
-        model.q, Lmm, (stats.s1, stats.S2), scale, lambda d: inference.step_size.rate(sched, t, d),
-        inference.psd_sites, model.num_latent > 1)
-    return ((new_hyp, partition_trainable(new_q)[0], opt_state, sched, t + 1, key, perm),
-            (value, rho))
+def _driver_update(state, stats, key, perm, scale, do_hyper, setup):
+    return update(state, _reduce(state, stats, scale, setup.static), key, perm, scale, do_hyper,
+                  setup)
 
 
-_select_jit = eqx.filter_jit(_select)
-_update_jit = eqx.filter_jit(_update)
+_rows_jit = eqx.filter_jit(batch_rows)
+_update_jit = eqx.filter_jit(_driver_update)
 
 
 # --- the JAX-devices executor ------------------------------------------------------------
 
 
-def _device_step(carry, args):
+def _device_step(state: VIState, args):
     """One iteration as one program: the rows' statistics sharded over the mesh's devices
     (``shard_map``, summed with ``psum``), then the driver's update."""
-    static, inference, opt, every, X, y, mesh, n = args
-    rows, key, perm, scale = _select(carry, n, inference.batch_size)
-    if inference.batch_size is not None:
+    setup, X, y, mesh = args
+    n = X.shape[0]
+    rows, key, perm, scale = batch_rows(state, n, setup.inference.batch_size)
+    if rows is not None:
         X, y = X[rows], y[rows]
     D = mesh.devices.size
     pad = -X.shape[0] % D  # equal shards: padding rows (copies of row 0) with weight 0
     w = jnp.concatenate([jnp.ones(X.shape[0], X.dtype), jnp.zeros(pad, X.dtype)])
     X = jnp.concatenate([X, jnp.broadcast_to(X[:1], (pad, *X.shape[1:]))])
     y = jnp.concatenate([y, jnp.broadcast_to(y[:1], (pad, *y.shape[1:]))])
-    mc_key = jax.random.fold_in(key, carry[4])
+    mc_key = jax.random.fold_in(key, state.t)
     spec = jax.sharding.PartitionSpec("data")
 
     def sharded(need_grad):
-        def local(hyp, q, X, y, w):
+        def local(hyper, q, X, y, w):
             key_d = jax.random.fold_in(mc_key, lax.axis_index("data"))
-            s = partition_statistics(hyp, q, static, inference, X, y, w, key_d, need_grad)
+            s = partition_statistics(hyper, q, setup.static, setup.inference, X, y, w, key_d,
+                                     need_grad)
             return jax.tree_util.tree_map(lambda a: lax.psum(a, "data"), s)
 
         rep = jax.sharding.PartitionSpec()
         return jax.shard_map(local, mesh=mesh, in_specs=(rep, rep, spec, spec, spec),
-                             out_specs=rep, check_vma=False)(carry[0], carry[1], X, y, w)
+                             out_specs=rep, check_vma=False)(state.hyper, state.q, X, y, w)
 
-    do_hyper = carry[4] % every == 0
-    stats = sharded(True) if every == 1 else lax.cond(do_hyper, lambda: sharded(True),
-                                                      lambda: sharded(False))
-    return _update(carry, stats, key, perm, scale, do_hyper, static, inference, opt)
+    do_hyper = state.t % setup.hyper_every == 0
+    stats = (sharded(True) if setup.hyper_every == 1
+             else lax.cond(do_hyper, lambda: sharded(True), lambda: sharded(False)))
+    return _driver_update(state, stats, key, perm, scale, do_hyper, setup)
 
 
 # --- the Dask executor -------------------------------------------------------------------
@@ -424,16 +387,16 @@ class _DaskMap:
         return jax.tree_util.tree_map(lambda *xs: sum(xs[1:], xs[0]), *results)
 
 
-def _dask_step(carry, args):
-    static, inference, opt, every, mapper, n = args
-    rows, key, perm, scale = _select_jit(carry, n, inference.batch_size)
-    t = int(carry[4])
-    do_hyper = t % every == 0
-    rows = None if inference.batch_size is None else np.asarray(rows)
-    stats = mapper(carry[0], carry[1], rows, jax.random.fold_in(key, t), do_hyper, t)
+def _dask_step(state: VIState, args):
+    setup, mapper, n = args
+    rows, key, perm, scale = _rows_jit(state, n, setup.inference.batch_size)
+    t = int(state.t)
+    do_hyper = t % setup.hyper_every == 0
+    rows = None if rows is None else np.asarray(rows)
+    stats = mapper(state.hyper, state.q, rows, jax.random.fold_in(key, t), do_hyper, t)
     stats = jax.tree_util.tree_map(jnp.asarray, stats)
-    return _update_jit(carry, stats, key, perm, jnp.asarray(scale), jnp.asarray(do_hyper),
-                       static, inference, opt)
+    return _update_jit(state, stats, key, perm, jnp.asarray(scale), jnp.asarray(do_hyper),
+                       setup)
 
 
 def _loop(step, carry, args, length):
@@ -532,21 +495,17 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
     inference = AnalyticVI() if inference is None else inference
     _check(model, inference, hyper_every, max_iter)
     hyper_every = int(hyper_every)
-    params, static = partition_trainable(model)
-    hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
     opt = optax_optimizer(optimizer or "adam", learning_rate)
     key = jax.random.key(0) if key is None else key
-    sched = inference.step_size.init(direction_size(q, model.num_latent))
-    d = model._input_dim()
+    d = model.input_dim()
     with contextlib.ExitStack() as stack:
         if devices is not None:
             if not isinstance(data, tuple) or len(data) != 2:
                 raise ValueError("devices= shards in-memory data: give data as (X, y) arrays")
-            X, y = model._data(*data)
+            X, y = model.validate_data(*data)
             n = X.shape[0]
             mesh = _mesh(devices)
             step, runner = _device_step, None
-            args = (static, inference, opt, hyper_every, X, y, mesh, n)
         else:
             client = _client(client, n_workers, stack)
             bar = _PartitionBar(verbose)
@@ -554,36 +513,37 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
             parts = _partitions(data, model.likelihood, d, target, features, n_partitions,
                                 persist, client, bar)
             n = sum(parts.counts)
-            mapper = _DaskMap(client, parts, static, inference, bar)
             step, runner = _dask_step, _loop
-            args = (static, inference, opt, hyper_every, mapper, n)
         if inference.batch_size is not None and inference.batch_size > n:
             raise ValueError(f"batch_size {inference.batch_size} exceeds the {n} data points")
-        carry = (hyp, q, opt.init(hyp), sched, jnp.asarray(0), key, jnp.arange(n))
+        state, setup = init_state(
+            model, lambda static: VISetup(static, inference, opt, hyper_every), key, n)
+        if devices is None:
+            args = (setup, _DaskMap(client, parts, setup.static, inference, bar), n)
         on_chunk, resume = None, None
         if checkpoint is not None:
-            path, fp = Path(checkpoint), _fingerprint(carry, n, inference, chunk_size)
-            loaded = _load_checkpoint(path, carry, fp)
+            path, fp = Path(checkpoint), _fingerprint(state, n, inference, chunk_size)
+            loaded = _load_checkpoint(path, state, fp)
             if loaded is not None:
-                carry, resume = loaded
-            on_chunk = lambda c, h: _save_checkpoint(path, c, h, fp)
+                state, resume = loaded
+            on_chunk = lambda s, h: _save_checkpoint(path, s, h, fp)
         if devices is not None:  # replicated on the mesh, as the step returns it: one compile
             replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-            carry, X, y = jax.device_put((carry, X, y), replicated)
-            args = (static, inference, opt, hyper_every, X, y, mesh, n)
-        to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
-        carry, hist = run_steps(step, carry, args, to_model, max_iter=max_iter, tol=tol,
+            state, X, y = jax.device_put((state, X, y), replicated)
+            args = (setup, X, y, mesh)
+        to_model = lambda s: model_at(s.hyper, s.q, setup.static)
+        state, hist = run_steps(step, state, args, to_model, max_iter=max_iter, tol=tol,
                                 chunk_size=chunk_size, window=window, callback=callback,
                                 verbose=verbose and devices is not None, runner=runner,
                                 on_chunk=on_chunk, resume=resume)
-    return SparsePosterior(to_model(carry), None, None, hist)
+    return SparsePosterior(to_model(state), None, None, hist)
 
 
 def _check(model, inference, hyper_every, max_iter):
     if not isinstance(model, SVGP) or isinstance(model, VGP):
         raise ValueError("distributed.fit fits SVGP models (inducing points keep the "
                          f"communication O(M^2)); got {type(model).__name__}")
-    if not isinstance(inference, _VariationalInference) or not inference.natural:
+    if not isinstance(inference, VariationalInference) or not inference.natural:
         raise ValueError("distributed.fit needs AnalyticVI, AnalyticSVI, QuadratureVI or "
                          f"QuadratureSVI with natural steps, got {inference!r}")
     inference.check(model)
@@ -631,4 +591,4 @@ def _client(client, n_workers, stack):
     return stack.enter_context(Client(cluster))
 
 
-__all__ = ["fit", "partition_statistics", "Statistics"]
+__all__ = ["fit", "partition_statistics"]

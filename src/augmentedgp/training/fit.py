@@ -3,9 +3,9 @@
 - ``GP``: type-II maximum likelihood (MAP with priors) of the exact, Laplace or EP
   marginal likelihood, then conditioning;
 - ``SGPR``: the same on the collapsed bound (or the DTC / FITC likelihood);
-- ``SVGP`` / ``VGP``: variational inference, one jitted step per iteration: an optimizer
-  step on the hyperparameters and inducing inputs and a natural-gradient step on q(u)
-  (``natgrad.natural_step``), on the full batch or on minibatches.
+- ``SVGP`` / ``VGP``: variational inference, one jitted iteration (``training.step``) per
+  step: an optimizer step on the hyperparameters and inducing inputs and a natural-gradient
+  step on q(u), on the full batch or on minibatches.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from augmentedgp.core.loop import minimize, optax_optimizer, run_steps
-from augmentedgp.core.params import Identity, is_parameter, log_prior, partition_trainable
+from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
-from augmentedgp.inference.vi import QuadratureVI, _VariationalInference
+from augmentedgp.inference.vi import QuadratureVI, VariationalInference
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
+from augmentedgp.training.step import VISetup, init_state, model_at, vi_step
 from augmentedgp.variational.families import QPosterior
-from augmentedgp.variational.natgrad import direction_size, scheduled_step
 
 
 def _objective(model, inference, X, y):
@@ -109,7 +108,7 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
         raise ValueError(f"n_restarts must be >= 0, got {n_restarts}")
     if n_restarts and key is None:
         raise ValueError("n_restarts > 0 needs a jax.random key (key=jax.random.key(0))")
-    Xa, ya = model._data(X, y)
+    Xa, ya = model.validate_data(X, y)
 
     starts = [model]
     if n_restarts:
@@ -138,76 +137,6 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
 # --- variational inference ---------------------------------------------------------------
 
 
-def _vi_loss(model, X, y, scale, inference, key=None):
-    return _vi_loss_aux(model, X, y, scale, inference, key)[0]
-
-
-def _vi_loss_aux(model, X, y, scale, inference, key=None):
-    """(-(ELBO + log prior), the projection at X) -- the projection feeds the natural step.
-    ``key`` seeds Monte Carlo expectations (softmax likelihoods)."""
-    expectations = lambda yy, m, v: inference.expectations(model.likelihood, yy, m, v, key)
-    elbo, p = model._elbo_projection(X, y, scale, expectations)
-    return -(elbo + log_prior(model)), p
-
-
-def _with_q(hyp, q):
-    return eqx.tree_at(lambda m: m.q, hyp, q, is_leaf=lambda x: x is None)
-
-
-def _batch(X, y, t, key, perm, batch_size):
-    """The t-th minibatch of shuffled epochs (a new permutation at each epoch start)."""
-    n = X.shape[0]
-    if batch_size is None or batch_size >= n:
-        return X, y, key, perm, 1.0
-    n_batches = n // batch_size
-    b = t % n_batches
-    key, sub = jax.random.split(key)
-    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: perm)
-    idx = lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
-    return X[idx], y[idx], key, perm, n / batch_size
-
-
-def _vi_step(carry, args):
-    """One iteration from (hyperparameters, q): an optimizer step on the hyperparameters
-    (and on q(u) unless natural) and a natural-gradient step on q(u), both computed at the
-    current state from one shared projection of the minibatch. With ``every`` > 1 the
-    optimizer step (and its gradient pass) is taken only when t % every == 0."""
-    (hyp, q, opt_state, sched, t, key, perm), (static, inference, opt, X, y, every) = carry, args
-    Xb, yb, key, perm, scale = _batch(X, y, t, key, perm, inference.batch_size)
-    mc_key = jax.random.fold_in(key, t)  # Monte Carlo likelihoods; leaves the batch stream
-    model_of = lambda h, qq: eqx.combine(_with_q(h, qq), static)
-    if inference.natural:
-        loss = lambda h: _vi_loss_aux(model_of(h, q), Xb, yb, scale, inference, mc_key)
-
-        def with_hyper_step(_):
-            (value, p), grad = jax.value_and_grad(loss, has_aux=True)(hyp)
-            updates, state = opt.update(grad, opt_state, hyp)
-            return value, p, eqx.apply_updates(hyp, updates), state
-
-        def q_only(_):  # no gradient: the hyperparameters and optimizer state stay
-            return (*loss(hyp), hyp, opt_state)
-
-        value, p, new_hyp, opt_state = (
-            with_hyper_step(None) if every == 1
-            else lax.cond(t % every == 0, with_hyper_step, q_only, None))
-        model = model_of(hyp, q)
-        p = jax.tree_util.tree_map(lax.stop_gradient, p)
-        beta, gamma = inference.sites(model.likelihood, yb, p.mean, p.var, p.prior_mean, mc_key)
-        new_q, rho, sched = scheduled_step(
-            model.q, p.Kmm, p.Lmm, p.Kmn, p.A, p.kdiag, beta, gamma, scale,
-            lambda d: inference.step_size.rate(sched, t, d), inference.psd_sites,
-            model.num_latent > 1)
-        hyp, q = new_hyp, partition_trainable(new_q)[0]
-    else:
-        params = (hyp, q)
-        value, grad = jax.value_and_grad(
-            lambda hq: _vi_loss(model_of(*hq), Xb, yb, scale, inference, mc_key))(params)
-        updates, opt_state = opt.update(grad, opt_state, params)
-        hyp, q = eqx.apply_updates(params, updates)
-        rho = jnp.nan
-    return (hyp, q, opt_state, sched, t + 1, key, perm), (value, rho)
-
-
 @eqx.filter_jit
 def _heldout_nlpd(model, X, y):
     p = model.project(X)
@@ -220,7 +149,7 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     if isinstance(model, VGP):
         model = model.bind(X)
     inference = inference if inference is not None else QuadratureVI()
-    if not isinstance(inference, _VariationalInference):
+    if not isinstance(inference, VariationalInference):
         raise ValueError("SVGP / VGP need QuadratureVI, QuadratureSVI, AnalyticVI or "
                          f"AnalyticSVI, got {inference!r}")
     inference.check(model)
@@ -231,28 +160,24 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     if hyper_every > 1 and not inference.natural:
         raise ValueError("hyper_every > 1 needs natural-gradient steps on q(u) (natural=True)")
     hyper_every = int(hyper_every)
-    Xa, ya = model._data(X, y)
+    Xa, ya = model.validate_data(X, y)
     if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
         full = type(inference).__name__.replace("SVI", "VI")
         raise ValueError(f"batch_size {inference.batch_size} exceeds the {Xa.shape[0]} data "
                          f"points; use {full} for full batches")
     monitor = None
     if validation_data is not None:
-        Xv, yv = model._data(*validation_data, name="Xnew")
+        Xv, yv = model.validate_data(*validation_data, name="Xnew")
         monitor = lambda m: _heldout_nlpd(m, Xv, yv)
     key = jax.random.key(0) if key is None else key
-    params, static = partition_trainable(model)
-    hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
     opt = optax_optimizer(optimizer, learning_rate)
-    opt_state = opt.init(hyp if inference.natural else (hyp, q))
-    sched = inference.step_size.init(direction_size(q, model.num_latent))
-    carry = (hyp, q, opt_state, sched, jnp.asarray(0), key, jnp.arange(Xa.shape[0]))
-    to_model = lambda c: eqx.combine(_with_q(c[0], c[1]), static)
-    carry, hist = run_steps(_vi_step, carry, (static, inference, opt, Xa, ya, hyper_every),
-                            to_model, max_iter=max_iter, tol=tol, chunk_size=chunk_size,
-                            window=window, callback=callback, verbose=verbose, monitor=monitor,
-                            patience=patience)
-    return SparsePosterior(to_model(carry), Xa, ya, hist)
+    state, setup = init_state(model, lambda static: VISetup(static, inference, opt, hyper_every),
+                              key, Xa.shape[0])
+    to_model = lambda s: model_at(s.hyper, s.q, setup.static)
+    state, hist = run_steps(vi_step, state, (setup, Xa, ya), to_model, max_iter=max_iter,
+                            tol=tol, chunk_size=chunk_size, window=window, callback=callback,
+                            verbose=verbose, monitor=monitor, patience=patience)
+    return SparsePosterior(to_model(state), Xa, ya, hist)
 
 
 def perturb(model, key, scale: float = 1.0):

@@ -81,15 +81,8 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
     ``multi``: several latent functions. q and the projection (Kmm, ..., kdiag) carry a
     leading latent axis, beta and gamma are (n, C); every latent takes its own step
     (``variational.map_latents``), with one step size from the concatenated direction."""
-    if not isinstance(q, SiteQ):
-        return statistics_step(q, Lmm, site_statistics(A, beta, gamma, multi), scale, rate, psd,
-                               multi)
-    if multi:
-        beta, gamma = beta.T, gamma.T
-    each = _each(multi)
-    step = each(_site_fisher_step, (q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale),
-                (True,) * 8 + (False,))
-    return _take_step(q, step, step, Lmm, rate, False, each)
+    return statistics_step(q, Kmm, Lmm, site_statistics(A, beta, gamma, multi), scale, rate,
+                           psd, multi)
 
 
 def site_statistics(A, beta, gamma, multi: bool = False):
@@ -102,10 +95,16 @@ def site_statistics(A, beta, gamma, multi: bool = False):
     return A @ beta, (A * gamma) @ A.T
 
 
-def statistics_step(q, Lmm, statistics, scale, rate, psd: bool = False, multi: bool = False):
+def statistics_step(q, Kmm, Lmm, statistics, scale, rate, psd: bool = False,
+                    multi: bool = False):
     """:func:`scheduled_step` from summed :func:`site_statistics` (s1, S2) of the data: the
-    target is theta1* = scale s1, P* = I + scale S2 (not for the site family)."""
+    target is theta1* = scale s1, P* = I + scale S2; the site family takes its Fisher step,
+    whose data term is also a function of (s1, S2)."""
     each = _each(multi)
+    if isinstance(q, SiteQ):
+        step = each(_site_fisher_step, (q, Kmm, Lmm, *statistics, scale),
+                    (True, True, True, True, True, False))
+        return _take_step(q, step, step, Lmm, rate, False, each)
     direction, state = each(_whitened_direction, (q, Lmm, *statistics, scale),
                             (True, True, True, True, False))
     return _take_step(q, direction, state, Lmm, rate, psd, each)
@@ -158,15 +157,21 @@ def direction_size(q, num_latent: int = 1) -> int:
     return num_latent * (2 * M if isinstance(q, SiteQ) else M + M * M)
 
 
-def _site_fisher_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale):
-    """F^-1 grad of the ELBO in the site coordinates (lam, g) (seed 001 A.8.2)."""
+def _site_fisher_step(q, Kmm, Lmm, s1, S2, scale):
+    """F^-1 grad of the ELBO in the site coordinates (lam, g) (seed 001 A.8.2). The data term
+    sum_i beta_i E[g_i] - gamma_i E[g_i^2] / 2 depends on q only through the whitened
+    moments: with E[g_i] = a_i^T m, m = Lmm^T mu, and Var[g_i] = k_ii - a_i^T W^T W a_i,
+    W = L_B^-1 G^1/2 Lmm, it is s1^T m - (m^T S2 m - tr(S2 W^T W)) / 2 + const."""
     lam, g = q.lam.value, q.g.value
 
     def elbo(lam, g):
         qq = dataclasses.replace(q, lam=dataclasses.replace(q.lam, raw=lam),
                                  g=dataclasses.replace(q.g, raw=q.g.transform.inverse(g)))
-        mean_g, var = qq.conditional(Kmm, Lmm, Kmn, A, kdiag)
-        return scale * site_objective(beta, gamma, mean_g, var) - qq.kl(Kmm, Lmm)
+        s, LB, mu = qq.factors(Kmm)
+        m = Lmm.T @ mu
+        W = linalg.solve_lower(LB, s[:, None] * Lmm)
+        data = s1 @ m - 0.5 * (m @ S2 @ m - jnp.sum(W * (W @ S2)))
+        return scale * data - qq.kl(Kmm, Lmm)
 
     grad = jnp.concatenate(jax.grad(elbo, (0, 1))(lam, g))
     m, S = q.mean_cov(Kmm, Lmm)

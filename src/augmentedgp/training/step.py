@@ -1,0 +1,204 @@
+"""One iteration of variational training for SVGP / VGP, written once and used by
+:func:`augmentedgp.fit` and by the distributed executors (``training.distributed``).
+
+An iteration from a :class:`VIState` is
+
+1. the rows of this step (:func:`batch_rows`): the full batch, or the next minibatch of a
+   shuffled epoch (a new permutation when an epoch starts);
+2. the :class:`Statistics` of those rows (:func:`statistics`): the objective to minimise,
+   its gradient in the hyperparameters, and the natural-gradient statistics
+   s1 = sum_i beta_i a_i, S2 = sum_i gamma_i a_i a_i^T with a_i = Lmm^-1 k_Z(x_i) -- sums
+   over points, so partitions of the rows can compute them where they live and add up;
+3. the update (:func:`update`): an optimizer step on the hyperparameters (every
+   ``hyper_every`` iterations) and the natural step on q(u) from (s1, S2), both from the
+   same state (Hensman et al. 2013; Wenzel et al. 2019, Algorithm 1).
+
+:func:`vi_step` is the three on one machine; the executors run step 2 as a map-reduce and
+add the prior part of the objective (KL - log prior) once on the driver
+(:func:`prior_objective`). With ``natural=False`` q(u) is a plain parameter of the
+optimizer (:func:`joint_step`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from augmentedgp.core.params import log_prior, partition_trainable
+from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
+
+
+class VIState(NamedTuple):
+    """The carry of variational training (also what a checkpoint stores)."""
+
+    hyper: Any  # trainable part of the model, q(u) left out (None)
+    q: Any  # trainable part of q(u)
+    opt_state: Any  # the optimizer's state (of hyper, or of (hyper, q) without natural steps)
+    schedule: Any  # the step-size schedule's state
+    t: jax.Array  # iteration count
+    key: jax.Array  # the minibatch / Monte Carlo key stream
+    perm: jax.Array  # the permutation of the current epoch
+
+
+class VISetup(NamedTuple):
+    """What stays fixed during a fit."""
+
+    static: Any  # the non-trainable part of the model
+    inference: Any  # a VariationalInference
+    optimizer: Any  # an optax GradientTransformation
+    hyper_every: int  # optimizer steps on the hyperparameters every k iterations
+
+
+class Statistics(NamedTuple):
+    """What the update needs from the rows of one iteration (sums over points)."""
+
+    value: jax.Array  # the objective's part from these rows
+    grad: Any  # its gradient in the hyperparameters (zeros when not asked for)
+    s1: jax.Array  # sum_i w_i beta_i a_i                        (M,) or (C, M)
+    S2: jax.Array  # sum_i w_i gamma_i a_i a_i^T                 (M, M) or (C, M, M)
+
+
+def with_q(hyper, q):
+    """The trainable tree with q(u) put back."""
+    return eqx.tree_at(lambda m: m.q, hyper, q, is_leaf=lambda x: x is None)
+
+
+def model_at(hyper, q, static):
+    return eqx.combine(with_q(hyper, q), static)
+
+
+def init_state(model, setup_of, key, n: int) -> tuple[VIState, VISetup]:
+    """The initial state of ``model`` and the fixed setup; ``setup_of(static)`` builds the
+    :class:`VISetup`."""
+    params, static = partition_trainable(model)
+    setup = setup_of(static)
+    hyper, q = eqx.tree_at(lambda m: m.q, params, None), params.q
+    natural = setup.inference.natural
+    opt_state = setup.optimizer.init(hyper if natural else (hyper, q))
+    schedule = setup.inference.step_size.init(direction_size(q, model.num_latent))
+    return VIState(hyper, q, opt_state, schedule, jnp.asarray(0), key, jnp.arange(n)), setup
+
+
+def batch_rows(state: VIState, n: int, batch_size):
+    """(rows of iteration t or None for the full batch, key, permutation, scale n / |B|):
+    the t-th minibatch of shuffled epochs, a new permutation at each epoch start."""
+    if batch_size is None or batch_size >= n:
+        return None, state.key, state.perm, 1.0
+    b = state.t % (n // batch_size)
+    key, sub = jax.random.split(state.key)
+    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: state.perm)
+    return lax.dynamic_slice(perm, (b * batch_size,), (batch_size,)), key, perm, n / batch_size
+
+
+def statistics(hyper, q, static, inference, X, y, w, key, need_grad: bool, scale=1.0,
+               with_prior: bool = False):
+    """(:class:`Statistics`, (Kmm, Lmm) of the projection) of the rows (X, y) with weights w
+    (None: all 1; 0 marks padding) at ``model_at(hyper, q, static)``: the objective
+    -scale * sum_i w_i E_q[log p(y_i | f_i)] (plus KL - log prior when ``with_prior``: the
+    whole objective of a single machine, the KL from the projection's factorisation).
+    ``key`` seeds Monte Carlo expectations."""
+    model = model_at(hyper, q, static)
+    multi = model.num_latent > 1
+
+    def objective(h):
+        m = model_at(h, q, static)
+        expectations = lambda yy, mean, var: inference.expectations(m.likelihood, yy, mean, var,
+                                                                     key)
+        if with_prior:
+            elbo, p = m.elbo_projection(X, y, scale, expectations)
+            return -(elbo + log_prior(m)), p
+        p = m.project(X)
+        e = expectations(y, p.mean, p.var)
+        return -scale * jnp.sum(e if w is None else w * e), p
+
+    if need_grad:
+        (value, p), grad = jax.value_and_grad(objective, has_aux=True)(hyper)
+    else:
+        (value, p), grad = objective(hyper), jax.tree_util.tree_map(jnp.zeros_like, hyper)
+    p = jax.tree_util.tree_map(lax.stop_gradient, p)
+    beta, gamma = inference.sites(model.likelihood, y, p.mean, p.var, p.prior_mean, key)
+    if w is not None:
+        wl = w[:, None] if multi else w
+        beta, gamma = wl * beta, wl * gamma
+    return Statistics(value, grad, *site_statistics(p.A, beta, gamma, multi)), (p.Kmm, p.Lmm)
+
+
+def prior_objective(hyper, q, static):
+    """(KL(q(u) || p(u)) - log prior, its gradient in the hyperparameters)."""
+    return jax.value_and_grad(
+        lambda h: model_at(h, q, static).prior_kl() - log_prior(model_at(h, q, static)))(hyper)
+
+
+def update(state: VIState, stats: Statistics, key, perm, scale, do_hyper, setup: VISetup,
+           factors=None):
+    """The update of one iteration from the rows' statistics: an optimizer step on the
+    hyperparameters when ``do_hyper``, and the natural step on q(u) towards
+    theta1* = scale s1, P* = I + scale S2 (step size from the schedule). Returns the new
+    state and (objective, step size). ``factors``: (Kmm, Lmm) at the state, if known."""
+    inference, opt = setup.inference, setup.optimizer
+
+    def hyper_step(_):
+        updates, opt_state = opt.update(stats.grad, state.opt_state, state.hyper)
+        return eqx.apply_updates(state.hyper, updates), opt_state
+
+    no_step = lambda _: (state.hyper, state.opt_state)
+    if isinstance(do_hyper, bool):
+        hyper, opt_state = hyper_step(None) if do_hyper else no_step(None)
+    else:
+        hyper, opt_state = lax.cond(do_hyper, hyper_step, no_step, None)
+    model = model_at(state.hyper, state.q, setup.static)
+    Kmm, Lmm = model.prior_factors() if factors is None else factors
+    new_q, rho, schedule = statistics_step(
+        model.q, Kmm, Lmm, (stats.s1, stats.S2), scale,
+        lambda d: inference.step_size.rate(state.schedule, state.t, d), inference.psd_sites,
+        model.num_latent > 1)
+    new = VIState(hyper, partition_trainable(new_q)[0], opt_state, schedule, state.t + 1, key,
+                  perm)
+    return new, (stats.value, rho)
+
+
+def joint_step(state: VIState, X, y, key, perm, scale, setup: VISetup):
+    """One optimizer step on (hyperparameters, q(u)) together (``natural=False``)."""
+    mc_key = jax.random.fold_in(key, state.t)
+    inference, opt = setup.inference, setup.optimizer
+
+    def objective(hq):
+        m = model_at(*hq, setup.static)
+        expectations = lambda yy, mean, var: inference.expectations(m.likelihood, yy, mean, var,
+                                                                     mc_key)
+        return -(m.elbo_projection(X, y, scale, expectations)[0] + log_prior(m))
+
+    params = (state.hyper, state.q)
+    value, grad = jax.value_and_grad(objective)(params)
+    updates, opt_state = opt.update(grad, state.opt_state, params)
+    hyper, q = eqx.apply_updates(params, updates)
+    return state._replace(hyper=hyper, q=q, opt_state=opt_state, t=state.t + 1, key=key,
+                          perm=perm), (value, jnp.nan)
+
+
+def vi_step(state: VIState, args):
+    """One iteration on one machine; ``args`` = (VISetup, X, y)."""
+    setup, X, y = args
+    inference = setup.inference
+    rows, key, perm, scale = batch_rows(state, X.shape[0], inference.batch_size)
+    if rows is not None:
+        X, y = X[rows], y[rows]
+    if not inference.natural:
+        return joint_step(state, X, y, key, perm, scale, setup)
+    mc_key = jax.random.fold_in(key, state.t)  # Monte Carlo likelihoods; leaves the batch stream
+    of = lambda need_grad: statistics(state.hyper, state.q, setup.static, inference, X, y, None,
+                                      mc_key, need_grad, scale, with_prior=True)
+    if setup.hyper_every == 1:
+        stats, factors = of(True)
+        return update(state, stats, key, perm, scale, True, setup, factors)
+    do_hyper = state.t % setup.hyper_every == 0
+    stats, factors = lax.cond(do_hyper, lambda: of(True), lambda: of(False))
+    return update(state, stats, key, perm, scale, do_hyper, setup, factors)
+
+
+__all__ = ["VIState", "VISetup", "Statistics", "init_state", "batch_rows", "statistics",
+           "prior_objective", "update", "joint_step", "vi_step", "with_q", "model_at"]
