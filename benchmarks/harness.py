@@ -348,8 +348,8 @@ def timed():
 
 # --- race: training curves against a common target ---------------------------------------
 #
-# A runner trains one configuration. warmup(score, n) compiles / traces and leaves the
-# initial state; time_steps(n) trains n iterations from the initial state and returns the
+# A runner trains one configuration. warmup(score, n) compiles / traces, keeps the scoring
+# function and leaves the initial state; time_steps(n) trains n iterations from the initial state and returns the
 # seconds; train(schedule, on_eval) trains from the initial state, calling on_eval(iteration,
 # training seconds) -- not counted; True stops -- when the schedule says so, and returns None
 # or why it stopped early; prediction() is the script's predict(runner) at the current state.
@@ -432,6 +432,7 @@ class AgpRunner(Runner):
                        callback=callback, key=jax.random.key(self.calls))
 
     def warmup(self, score, n=None):
+        self.score = score
         post = self._fit(self.chunk)  # compiles the scan chunk
         if post.history.n_iter < self.chunk:
             raise Diverged(post.history.message)
@@ -478,6 +479,7 @@ class StepRunner(Runner):
     """Peers: a Python loop over one compiled / eager step per iteration."""
 
     def warmup(self, score, n=5):
+        self.score = score
         try:
             for _ in range(n):
                 self.step()
@@ -705,12 +707,12 @@ def label(key) -> str:
     return " ".join(key)
 
 
-def race(name, data, configs, score, schedule, *, rounds, round_seconds=None,
+def race(name, data, configs, schedule, *, rounds, round_seconds=None,
          round_steps=None, units=None, after=None, **extra) -> dict:
     """Run every configuration of one problem side by side.
 
-    ``configs``: {key: build(notes) -> a warmed-up runner}; ``score(prediction)`` -> the
-    metrics tuple (test NLL first); ``schedule``: a ``Grid`` or ``Every``. it/s: ``rounds``
+    ``configs``: {key: build(notes) -> a runner warmed up with its ``score(prediction)`` ->
+    the metrics tuple (test NLL first)}; ``schedule``: a ``Grid`` or ``Every``. it/s: ``rounds``
     interleaved rounds of ``round_steps`` iterations, or of about ``round_seconds`` (the
     count fixed per configuration from a first timed run of ``units(key)`` x 2 iterations).
     ``after``: {name: fn(key, runner)} taken at the end of each curve (a cross-check: its
@@ -760,7 +762,7 @@ def race(name, data, configs, score, schedule, *, rounds, round_seconds=None,
 
         def on_eval(it, seconds, r=r, curve=curve, spent=spent):
             t = time.perf_counter()
-            m = score(r.prediction())
+            m = r.score(r.prediction())
             curve.append((it, seconds, *m))
             spent[0] += time.perf_counter() - t
             return not np.isfinite(m[0])
@@ -780,10 +782,16 @@ def race(name, data, configs, score, schedule, *, rounds, round_seconds=None,
         last = curve[-1]
         print(f"  {label(k):{w}s} {int(last[0]):7d} it in {last[1]:6.1f} s: "
               + ", ".join(f"{x:.4f}" for x in last[2:])
-              + "".join(f"; {a} {res[a][k]}" for a in after or {})
+              + "".join(f"; {a} {_short(res[a][k])}" for a in after or {})
               + f" ({time.perf_counter() - t0:.0f} s with evaluations) {why or ''}", flush=True)
     res["seconds"] = time.perf_counter() - t_start
     return res
+
+
+def _short(v):
+    if isinstance(v, tuple | list):
+        return " / ".join(_short(x) for x in v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def time_to(curve, target, skip_start=True):

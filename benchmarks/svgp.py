@@ -172,7 +172,7 @@ def main():
         data = H.dataset(name, "time" if name == "electricity" else "auto", args.n_train,
                          args.n_test, scale_y=name in REGRESSION)
         print(f"== {name}: n={data.n} test={len(data.y_test)} d={data.d} M={args.M}", flush=True)
-        res = H.race(name, data, configs(data, args.M), score(data),
+        res = H.race(name, data, configs(data, args.M),
                      H.Every(args.eval_every, args.iters), rounds=args.rounds,
                      round_steps=args.time_steps)
         analyse(res, args.margin)

@@ -46,6 +46,7 @@ from scipy.linalg import expm
 from scipy.stats import ortho_group
 
 import augmentedgp as agp
+from augmentedgp.core.loop import Minibatches, minibatch
 from augmentedgp.inference import flow
 
 CHUNK = 100  # one scan length for every fit: its compiled chunk is reused
@@ -850,8 +851,8 @@ def test_minibatch_potential_is_unbiased():
     @jax.jit
     @jax.vmap
     def batch_potential(key):
-        batch, scale = flow._minibatch(t.data, key, 5)
-        return t.potentials(X, batch, scale), scale
+        rows, _, scale = minibatch(Minibatches.start(key, n), 0, 5, replace=True)  # the flows'
+        return t.potentials(X, tuple(a[rows] for a in t.data), scale), scale
 
     vals, scales = batch_potential(jax.random.split(jax.random.key(0), 2000))
     assert np.all(np.asarray(scales) == n / 5)

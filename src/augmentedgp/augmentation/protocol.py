@@ -20,22 +20,29 @@ Everything variational inference needs follows from phi (thesis App. A.2, A.4):
 
 Gibbs sampling uses the same site with a draw in place of E[w]: the full conditional
 p(w | y, f) is the tilted law pi(w | |h|) (thesis ch. 5 Theorem 2), drawn by
-``_sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG; ``augmentedgp.samplers``),
-and ``sites(y, w)`` is the Gaussian site given w.
+``sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG; ``augmentedgp.samplers``),
+and ``sites(y, aux)`` is the Gaussian site given w.
 
-``Augmented`` implements this once from ``_super_gaussian`` (log C, g, a, b), ``_log_phi``,
-``_omega_mean`` and ``_sample_omega``; likelihoods with a hierarchical augmentation (the
-Poisson with a scaled-logistic link, the multi-latent ones) override the public methods.
+Two abstract classes. ``Augmented`` is the protocol that inference uses: ``aux_posterior``,
+``aux_sites``, ``augmented_expectations``, ``sample_aux`` and ``sites``, one signature each.
+``ScaleMixture(Augmented)`` implements those five once from the pieces above, which a
+subclass gives: ``super_gaussian`` (log C, g, a, b), ``log_phi``, ``log_mixing_density``
+(p(w), for the numerical checks of ``augmentedgp.testing``) and ``sample_omega``, with
+``omega_mean`` (default: -d log phi / dt by autodiff) optional. Likelihoods with a
+hierarchical augmentation (the Poisson with a scaled-logistic link, the multi-latent ones)
+subclass ``Augmented`` and give the five methods directly.
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import gammaln
 
 from augmentedgp.augmentation import samplers
 
@@ -92,85 +99,198 @@ def _safe_sqrt(t):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, t, 1.0)), 0.0)
 
 
-class Augmented(eqx.Module):
-    """Mixin for likelihoods with a conditionally conjugate augmentation (see module doc).
+def expected_h2(s: SuperGaussian, mean, var):
+    """E[h^2] = (a + b mean)^2 + b^2 var for f ~ N(mean, var)."""
+    return (s.a + s.b * mean) ** 2 + s.b**2 * var
 
-    Subclasses give ``_super_gaussian(y)``, ``_log_phi(y, t)`` and ``_omega_mean(y, t)``.
+
+class _OldName:
+    """A former private name of a public ``ScaleMixture`` method, kept for old callers: on
+    an instance it is that instance's method, on a class that class's (the ``ScaleMixture``
+    default where the class has none). Nothing needs to override it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, cls=None):
+        if obj is not None:
+            return getattr(obj, self.name)
+        return getattr(cls, self.name, None) or getattr(ScaleMixture, self.name)
+
+
+class Augmented(eqx.Module):
+    """The protocol of a conditionally conjugate likelihood (AnalyticVI, AnalyticSVI, Gibbs
+    sampling): auxiliary variables w such that, given w, each observation is a Gaussian site
+    on f. A likelihood subclasses both :class:`~augmentedgp.likelihoods.Likelihood` and this
+    class and gives the five abstract methods, with these signatures:
+
+    - ``aux_posterior(y, mean, var)``: the optimal q(w) when f_i ~ N(mean_i, var_i) (a
+      NamedTuple of arrays);
+    - ``aux_sites(y, q_aux)``: (beta, gamma), E_{q(w)} of the site log-potential
+      beta f - gamma f^2 / 2;
+    - ``augmented_expectations(y, mean, var, q_aux=None)``: E_{q(f) q(w)}[log p(y, w | f)]
+      - E_{q(w)}[log q(w)], elementwise, at ``q_aux`` or, if None, at the optimal q(w);
+    - ``sample_aux(key, y, f)``: a draw of w ~ p(w | y, f) (Gibbs);
+    - ``sites(y, aux)``: (beta, gamma) of the Gaussian site given the draw ``aux``.
+
+    With several latent functions, mean, var and f are (n, C) and beta, gamma too.
+    Scale mixtures subclass :class:`ScaleMixture`, which derives all five from phi.
+    ``gibbs_joint``: whether the latents are independent given w, so that a Gibbs sweep
+    draws them jointly (False: one latent at a time, w redrawn before each).
     """
 
-    def _super_gaussian(self, y) -> SuperGaussian:
-        raise NotImplementedError
+    gibbs_joint: ClassVar[bool] = True
 
-    def _log_phi(self, y, t):
-        raise NotImplementedError
+    # the names of the ScaleMixture methods before they were public (old callers)
+    _super_gaussian = _OldName("super_gaussian")
+    _log_phi = _OldName("log_phi")
+    _omega_mean = _OldName("omega_mean")
 
-    def _omega_mean(self, y, t):
-        """E[w] under pi(w | sqrt(t)): -d log phi / dt."""
-        return -jax.grad(lambda tt: jnp.sum(self._log_phi(y, tt)))(t)
-
-    def _sample_omega(self, key, y, t):
-        """A draw of w ~ pi(w | sqrt(t)) (t has the shape of the output)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _expected_h2(s: SuperGaussian, mean, var):
-        return (s.a + s.b * mean) ** 2 + s.b**2 * var
-
+    @abc.abstractmethod
     def aux_posterior(self, y, mean, var):
-        """The optimal q(w) when f_i ~ N(mean_i, var_i): tilt c^2 = E[h^2] (thesis ch. 5
-        Algorithm 1, local step)."""
-        return Tilt(self._expected_h2(self._super_gaussian(y), mean, var))
+        """The optimal q(w) when f_i ~ N(mean_i, var_i) (the local step of
+        [Galy-Fajou2020, Algorithm 1])."""
 
+    @abc.abstractmethod
     def aux_sites(self, y, q_aux):
         """(beta, gamma): E_{q(w)} of the Gaussian site on f, log-potential
-        beta f - gamma f^2 / 2 (thesis ch. 5 eq. 11 with h = a + b f)."""
-        return self.sites(y, self._omega_mean(y, q_aux.c2))
+        beta f - gamma f^2 / 2."""
+
+    @abc.abstractmethod
+    def augmented_expectations(self, y, mean, var, q_aux=None):
+        """E_{q(f) q(w)}[log p(y, w | f)] - E_{q(w)}[log q(w)], elementwise: the data term
+        of the augmented bound at ``q_aux``, or at the optimal q(w) if ``q_aux`` is None.
+        Never above E_{q(f)}[log p(y | f)], and equal to log p(y | f) when var = 0."""
+
+    @abc.abstractmethod
+    def sample_aux(self, key, y, f):
+        """A draw of w ~ p(w | y, f) (the first step of a Gibbs sweep)."""
+
+    @abc.abstractmethod
+    def sites(self, y, aux):
+        """(beta, gamma) of the Gaussian site on f given w = ``aux``: log p(y | f, w) =
+        const + beta f - gamma f^2 / 2."""
+
+
+class ScaleMixture(Augmented):
+    """A super-Gaussian likelihood (module doc; [Galy-Fajou2020, eqs. 4-5]):
+    p(y | f) = C(y) e^{g(y) f} phi(h^2), h = a(y) + b(y) f, with phi(t) = E_{p(w)} e^{-t w}
+    the Laplace transform of a mixing density p(w) (Bernstein-Widder). Subclasses give
+
+    - ``super_gaussian(y)``: the pieces ``SuperGaussian(log_c, g, a, b)``;
+    - ``log_phi(y, t)``: log phi(t), elementwise;
+    - ``log_mixing_density(y, w)``: log p(w), or None if w is a constant (a point mass);
+    - ``sample_omega(key, y, t)``: a draw from the tilted law pi(w | t) ~ e^{-t w} p(w);
+
+    and may override ``omega_mean(y, t)`` with a closed form. The five methods of
+    :class:`Augmented` follow.
+    """
+
+    @abc.abstractmethod
+    def super_gaussian(self, y) -> SuperGaussian:
+        """The pieces (log C, g, a, b) of p(y | f) = exp(log C + g f) phi((a + b f)^2)."""
+
+    @abc.abstractmethod
+    def log_phi(self, y, t):
+        """log phi(t) = log E_{p(w)} e^{-t w}, for t >= 0 (phi(0) = 1)."""
+
+    @abc.abstractmethod
+    def log_mixing_density(self, y, w):
+        """log p(w) of the mixing law, elementwise (w > 0), whose Laplace transform is phi;
+        None if w is a constant. Not used by inference: ``augmentedgp.testing`` integrates
+        it numerically to check the augmentation."""
+
+    @abc.abstractmethod
+    def sample_omega(self, key, y, t):
+        """A draw of w ~ pi(w | t), the mixing law tilted by e^{-t w} (``t`` has the shape
+        of the output)."""
+
+    def omega_mean(self, y, t):
+        """E[w] under pi(w | t): -d log phi / dt (autodiff here; subclasses may give a
+        closed form)."""
+        return -jax.grad(lambda tt: jnp.sum(self.log_phi(y, tt)))(t)
+
+    def aux_posterior(self, y, mean, var):
+        """The optimal q(w) = pi(w | c) with c^2 = E[h^2] ([Galy-Fajou2020,
+        Algorithm 1], local step)."""
+        return Tilt(expected_h2(self.super_gaussian(y), mean, var))
+
+    def aux_sites(self, y, q_aux):
+        """(beta, gamma) = sites(y, E_{q(w)}[w]) ([Galy-Fajou2020, eq. 11] with
+        h = a + b f)."""
+        return self.sites(y, self.omega_mean(y, q_aux.c2))
 
     def sample_aux(self, key, y, f):
-        """w ~ p(w | y, f) = pi(w | |h(f)|), the prior tilted by e^{-h^2 w} (thesis ch. 5
-        Theorem 2; Algorithm 2, first step)."""
-        s = self._super_gaussian(y)
+        """w ~ p(w | y, f) = pi(w | h(f)^2), the mixing law tilted by e^{-h^2 w}
+        ([Galy-Fajou2020, Theorem 2; Algorithm 2], first step)."""
+        s = self.super_gaussian(y)
         t = (s.a + s.b * f) ** 2
-        return self._sample_omega(key, y, jnp.broadcast_to(t, jnp.broadcast_shapes(
+        return self.sample_omega(key, y, jnp.broadcast_to(t, jnp.broadcast_shapes(
             jnp.shape(t), jnp.shape(y))))
 
-    def sites(self, y, w):
-        """(beta, gamma) of the Gaussian site on f given w: log p(y | f, w) = const +
-        beta f - gamma f^2 / 2 with beta = g - 2 w a b, gamma = 2 w b^2 (ch. 5 eq. 11)."""
-        s = self._super_gaussian(y)
-        return s.g - 2.0 * w * s.a * s.b, 2.0 * w * s.b**2
+    def sites(self, y, aux):
+        """(beta, gamma) of the Gaussian site on f given w = ``aux``: log p(y | f, w) =
+        const + beta f - gamma f^2 / 2 with beta = g - 2 w a b, gamma = 2 w b^2."""
+        s = self.super_gaussian(y)
+        return s.g - 2.0 * aux * s.a * s.b, 2.0 * aux * s.b**2
 
     def augmented_expectations(self, y, mean, var, q_aux=None):
         """E_{q(f) q(w)}[log p(y | f, w)] - KL(q(w) || p(w)), elementwise; with ``q_aux=None``
         at the optimal q(w), where it equals log C + g E[f] + log phi(E[h^2])."""
-        s = self._super_gaussian(y)
-        e_h2 = self._expected_h2(s, mean, var)
+        s = self.super_gaussian(y)
+        e_h2 = expected_h2(s, mean, var)
         if q_aux is None:
-            return s.log_c + s.g * mean + self._log_phi(y, e_h2)
-        w = self._omega_mean(y, q_aux.c2)
-        # - E[h^2] E[w] - KL = -(E[h^2] - c^2) E[w] + log phi(c^2)   (thesis App. A.4.1)
-        return s.log_c + s.g * mean - (e_h2 - q_aux.c2) * w + self._log_phi(y, q_aux.c2)
+            return s.log_c + s.g * mean + self.log_phi(y, e_h2)
+        w = self.omega_mean(y, q_aux.c2)
+        # - E[h^2] E[w] - KL = -(E[h^2] - c^2) E[w] + log phi(c^2)   (KL of a tilted law)
+        return s.log_c + s.g * mean - (e_h2 - q_aux.c2) * w + self.log_phi(y, q_aux.c2)
 
 
-class PolyaGamma(Augmented):
-    """phi(t) = cosh(sqrt(t) / 2)^-b with h = f: w = PG(b, 0) / 2 (Polson et al. 2013).
-    Subclasses give ``_pg_b(y)``."""
+def log_polya_gamma_density(b, x, terms: int = 200):
+    """log density of PG(b, 0) at x > 0, elementwise ([Polson2013, Sec. 2.1]: the
+    alternating series 2^{b-1} / Gamma(b) sum_n (-1)^n Gamma(n + b) / n! (2n + b) /
+    sqrt(2 pi x^3) e^{-(2n + b)^2 / (8x)}, ``terms`` terms). The series cancels far in the
+    right tail: where the sum is below 1e-11 of its largest term (density < ~1e-11 of its
+    peak for b <~ 10), the density is returned as 0."""
+    b, x = jnp.broadcast_arrays(jnp.asarray(b, float), jnp.asarray(x, float))
+    n = jnp.arange(terms, dtype=x.dtype)
+    bb, xx = b[..., None], jnp.maximum(x, 1e-300)[..., None]
+    log_abs = ((bb - 1.0) * _LOG_2 - gammaln(bb) + gammaln(n + bb) - gammaln(n + 1.0)
+               + jnp.log(2.0 * n + bb) - 0.5 * math.log(2.0 * math.pi) - 1.5 * jnp.log(xx)
+               - (2.0 * n + bb) ** 2 / (8.0 * xx))
+    top = jnp.max(log_abs, axis=-1)
+    total = jnp.sum(jnp.where(n % 2 == 0, 1.0, -1.0) * jnp.exp(log_abs - top[..., None]), -1)
+    ok = (total > 1e-11) & (x > 0.0)
+    return jnp.where(ok, top + jnp.log(jnp.where(ok, total, 1.0)), -jnp.inf)
 
-    def _pg_b(self, y):
-        raise NotImplementedError
 
-    def _log_phi(self, y, t):
-        return -self._pg_b(y) * log_cosh_sqrt(t)
+class PolyaGamma(ScaleMixture):
+    """phi(t) = cosh(sqrt(t) / 2)^-b with h = f: w = PG(b, 0) / 2 ([Polson2013]).
+    Subclasses give ``super_gaussian(y)`` and ``pg_b(y)``."""
 
     pg_method: ClassVar[str] = "series"  # see augmentedgp.samplers.polya_gamma
 
-    def _omega_mean(self, y, t):
-        return 0.5 * self._pg_b(y) * tanh_ratio(_safe_sqrt(t))  # E[PG(b, c)] / 2
+    @abc.abstractmethod
+    def pg_b(self, y):
+        """The Polya-Gamma shape b(y) > 0."""
 
-    def _sample_omega(self, key, y, t):
-        b = jnp.broadcast_to(self._pg_b(y), jnp.shape(t))
+    def log_phi(self, y, t):
+        """-b log cosh(sqrt(t) / 2)."""
+        return -self.pg_b(y) * log_cosh_sqrt(t)
+
+    def log_mixing_density(self, y, w):
+        """log density of w = PG(b, 0) / 2 (the series of ``log_polya_gamma_density``)."""
+        return _LOG_2 + log_polya_gamma_density(self.pg_b(y), 2.0 * w)
+
+    def omega_mean(self, y, t):
+        """E[PG(b, c)] / 2 = b tanh(c / 2) / (4 c), c = sqrt(t)."""
+        return 0.5 * self.pg_b(y) * tanh_ratio(_safe_sqrt(t))
+
+    def sample_omega(self, key, y, t):
+        """PG(b, sqrt(t)) / 2 (``augmentedgp.samplers.polya_gamma``, method ``pg_method``)."""
+        b = jnp.broadcast_to(self.pg_b(y), jnp.shape(t))
         return 0.5 * samplers.polya_gamma(key, b, _safe_sqrt(t), method=self.pg_method)
 
 
-__all__ = ["Augmented", "CountAux", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh",
-           "log_cosh_sqrt", "tanh_ratio"]
+__all__ = ["Augmented", "CountAux", "PolyaGamma", "ScaleMixture", "SuperGaussian", "Tilt",
+           "expected_h2", "log_cosh", "log_cosh_sqrt", "log_polya_gamma_density", "tanh_ratio"]

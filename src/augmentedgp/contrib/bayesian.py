@@ -1,5 +1,5 @@
 """Parametric Bayesian models as :class:`~augmentedgp.flow.Target` s for the Gaussian flows
-(thesis ch. 6 sections 4.5-4.6): logistic regression and a small multi-layer perceptron
+([Galy-Fajou2021, Secs. 4.5-4.6]): logistic regression and a small multi-layer perceptron
 classifier. Their ``data`` are (X, y), so ``batch_size`` minibatches work; predictions
 average the model over draws from the fitted Gaussian,
 p(y = k | x*) ~ (1/S) sum_s p(y = k | x*, w_s), w_s ~ q(w).
@@ -32,7 +32,7 @@ def _normal_log_prior(x, var):
 
 class LogisticRegression(Target):
     """y_i ~ Bernoulli(sigmoid(w^T x_i)), y in {-1, 1} (or {0, 1}), w ~ N(0, prior_var I)
-    (thesis 4.5: prior_var = 10). ``intercept=True`` appends a constant feature."""
+    ([Galy-Fajou2021, Sec. 4.5]: prior_var = 10). ``intercept=True`` appends a constant feature."""
 
     prior_var: float = eqx.field(static=True, default=10.0)
     intercept: bool = eqx.field(static=True, default=False)
@@ -86,11 +86,11 @@ class LogisticRegression(Target):
 
 
 class BayesianMLP(Target):
-    """A classifier network with ``hidden`` tanh layers (thesis 4.6: two layers of 200),
-    softmax output over ``num_classes`` and weights ~ N(0, prior_var I); labels are the
-    integers 0, ..., num_classes - 1. :meth:`init` draws Glorot-scaled starting weights
-    as a list of (W, b) per layer, so ``blocks="leaves"`` gives per-array blocks and
-    :meth:`layer_blocks` the per-layer ones ("GPF (Layers)")."""
+    """A classifier network with ``hidden`` tanh layers (two layers of 200 in
+    [Galy-Fajou2021, Sec. 4.6]), softmax output over ``num_classes`` and weights
+    ~ N(0, prior_var I); labels are the integers 0, ..., num_classes - 1. :meth:`init` draws
+    Glorot-scaled starting weights as a list of (W, b) per layer, so ``blocks="leaves"`` gives
+    per-array blocks and :meth:`layer_blocks` the per-layer ones ("GPF (Layers)")."""
 
     sizes: tuple = eqx.field(static=True, default=())
     prior_var: float = eqx.field(static=True, default=1.0)

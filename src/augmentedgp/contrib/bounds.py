@@ -1,5 +1,5 @@
-"""PAC-Bayes generalisation bounds for GP classifiers (Seeger 2002; Langford-Seeger form;
-reference seed002_003 section C.8).
+"""PAC-Bayes generalisation bounds for GP classifiers ([Seeger2002], in the
+Langford-Seeger kl form).
 
 With probability at least 1 - delta over n i.i.d. training points, simultaneously for every
 posterior Q over the latent function (the prior P fixed before seeing the data),

@@ -1,5 +1,5 @@
-"""Determinantal point processes with a kernel L, and their variational bounds (Titsias'
-slides; reference seed001_004 section B.6, with its corrections).
+"""Determinantal point processes with a kernel L, and their variational bounds ([Titsias2014];
+see also [Bardenet2015]); the continuous bound is taken on a box, where it is finite.
 
 An L-ensemble DPP on items x_1..x_n gives a subset Y the probability
 det(L_Y) / det(L + I). Fitting L's parameters to observed subsets Y_1..Y_T maximises
@@ -95,21 +95,23 @@ def log_normaliser(kernel: Kernel, X: Float[ArrayLike, "n d"]) -> Float[Array, "
 
 def log_normaliser_bound(kernel: Kernel, X: Float[ArrayLike, "n d"], Z: Float[ArrayLike, "m d"]
                          ) -> Float[Array, ""]:
-    """The O(n m^2) lower bound on -log det(L + I) with inducing inputs Z (B.6.2)."""
+    """The O(n m^2) lower bound on -log det(L + I) with inducing inputs Z ([Titsias2014])."""
     R, A = linalg.cholesky_project(kernel(Z), kernel(Z, X))
     AAt = A @ A.T
     I = jnp.eye(AAt.shape[0], dtype=AAt.dtype)
     return -_logdet_psd(I + AAt) - jnp.sum(kernel.diag(X)) + jnp.trace(AAt)
 
 
-def log_likelihood(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]]) -> float:
+def log_likelihood(kernel: Kernel, X: Float[ArrayLike, "n d"],
+                   subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]]) -> float:
     """Exact log-likelihood sum_t log det L_{Y_t} - T log det(L + I) of observed subsets
     (lists of item indices into X)."""
     X = jnp.asarray(check_X(X))
     return float(_exact(kernel, X, *_padded(_subsets(subsets, X.shape[0]))))
 
 
-def elbo(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
+def elbo(kernel: Kernel, X: Float[ArrayLike, "n d"],
+         subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
          Z: Float[ArrayLike, "m d"]) -> float:
     """The variational lower bound on :func:`log_likelihood` with inducing inputs Z."""
     X = jnp.asarray(check_X(X))
@@ -127,9 +129,9 @@ def _box(lower, upper, d):
     return jnp.asarray(lower), jnp.asarray(upper)
 
 
-def psi(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]
-        ) -> Float[Array, "m m"]:
-    """Psi_ij = int_box L(z_i, x) L(x, z_j) dx for the RBF kernel (B.6.3):
+def psi(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"],
+        upper: Float[ArrayLike, " d"]) -> Float[Array, "m m"]:
+    """Psi_ij = int_box L(z_i, x) L(x, z_j) dx for the RBF kernel (closed form derived here):
     v^2 exp(-|z_i - z_j|^2 / (4 l^2)) prod_d (sqrt(pi) l / 2)
     [erf((b_d - zbar_d) / l) - erf((a_d - zbar_d) / l)], zbar = (z_i + z_j) / 2,
     per dimension with ARD lengthscales."""
@@ -145,8 +147,9 @@ def psi(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"], uppe
 
 
 @eqx.filter_jit
-def continuous_log_normaliser_bound(kernel: RBF, Z: Float[Array, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]
-                                    ) -> Float[Array, ""]:
+def continuous_log_normaliser_bound(kernel: RBF, Z: Float[Array, "m d"],
+                                    lower: Float[ArrayLike, " d"],
+                                    upper: Float[ArrayLike, " d"]) -> Float[Array, ""]:
     """Lower bound on -sum_i log(1 + lambda_i) for the DPP with kernel L on the box."""
     R = linalg.cholesky(kernel(Z))
     B = linalg.solve_lower(R, linalg.solve_lower(R, psi(kernel, Z, lower, upper)).T)
@@ -155,8 +158,8 @@ def continuous_log_normaliser_bound(kernel: RBF, Z: Float[Array, "m d"], lower: 
     return -_logdet_psd(I + 0.5 * (B + B.T)) - trace_L + jnp.trace(B)
 
 
-def continuous_log_normaliser(kernel: Kernel, lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"],
-                              n_nodes: int = 60) -> float:
+def continuous_log_normaliser(kernel: Kernel, lower: Float[ArrayLike, " d"],
+                              upper: Float[ArrayLike, " d"], n_nodes: int = 60) -> float:
     """-sum_i log(1 + lambda_i) by Nystrom quadrature (Gauss-Legendre, n_nodes per
     dimension, tensor grid): the exact value to quadrature accuracy, a test oracle for
     d <= 2."""
@@ -175,7 +178,8 @@ def continuous_log_normaliser(kernel: Kernel, lower: Float[ArrayLike, " d"], upp
 
 
 def continuous_elbo(kernel: Kernel, subsets: Iterable[Float[ArrayLike, "k d"]],
-                    Z: Float[ArrayLike, "m d"], lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"]) -> float:
+                    Z: Float[ArrayLike, "m d"], lower: Float[ArrayLike, " d"],
+                    upper: Float[ArrayLike, " d"]) -> float:
     """Lower bound on the log Janossy density sum_t log det L_{Y_t} - T sum log(1 + lambda)
     of point sets Y_t (arrays (k_t, d) in the box) of a continuous DPP."""
     Z = jnp.asarray(check_X(Z, "Z"))
@@ -227,9 +231,10 @@ def _neg_elbo(model, X, padded, mask):
     return -_bound(model.kernel, X, padded, mask, model.Z.value) / padded.shape[0]
 
 
-def fit(kernel: Kernel, X: Float[ArrayLike, "n d"], subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
-        Z: Float[ArrayLike, "m d"] | Parameter, *, max_iter: int = 500, optimizer: str = "lbfgs",
-        learning_rate: float = 0.05, verbose: bool = False
+def fit(kernel: Kernel, X: Float[ArrayLike, "n d"],
+        subsets: Iterable[Sequence[int] | Int[ArrayLike, " k"]],
+        Z: Float[ArrayLike, "m d"] | Parameter, *, max_iter: int = 500,
+        optimizer: str = "lbfgs", learning_rate: float = 0.05, verbose: bool = False
         ) -> tuple[Kernel, Float[Array, "m d"], History]:
     """Learn the kernel's trainable parameters and the inducing inputs Z (a Parameter:
     ``params.fixed`` keeps it, e.g. a subset of the items) by maximising :func:`elbo`.
@@ -253,7 +258,8 @@ def _neg_continuous_elbo(model, P, padded, mask, lower, upper):
 
 
 def fit_continuous(kernel: RBF, point_sets: Iterable[Float[ArrayLike, "k d"]],
-                   Z: Float[ArrayLike, "m d"] | Parameter, lower: Float[ArrayLike, " d"], upper: Float[ArrayLike, " d"], *,
+                   Z: Float[ArrayLike, "m d"] | Parameter, lower: Float[ArrayLike, " d"],
+                   upper: Float[ArrayLike, " d"], *,
                    max_iter: int = 500, optimizer: str = "lbfgs", learning_rate: float = 0.05,
                    verbose: bool = False) -> tuple[RBF, Float[Array, "m d"], History]:
     """Learn an RBF kernel's trainable parameters and the pseudo-inputs Z of a continuous

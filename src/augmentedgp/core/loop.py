@@ -14,6 +14,7 @@ import functools
 import time
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -82,11 +83,12 @@ def minimize(
     if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
         return _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose)
     opt = optax_optimizer(optimizer, learning_rate)
-    carry, hist = run_steps(_optax_step, (params, opt.init(params)), (static, loss, args, opt),
-                            lambda c: eqx.combine(c[0], static), max_iter=max_iter, tol=tol,
+    to_model = lambda c: eqx.combine(c.params, static)
+    carry, hist = run_steps(_optax_step, OptaxState(params, opt.init(params)),
+                            (static, loss, args, opt), to_model, max_iter=max_iter, tol=tol,
                             chunk_size=chunk_size, window=window, callback=callback,
                             verbose=verbose)
-    return eqx.combine(carry[0], static), hist
+    return to_model(carry), hist
 
 
 def optax_optimizer(optimizer, learning_rate):
@@ -116,11 +118,50 @@ def _value_and_grad(params, static, loss, args):
     return jax.value_and_grad(lambda p: loss(eqx.combine(p, static), *args))(params)
 
 
-def _optax_step(carry, args):
-    (p, state), (static, loss, loss_args, opt) = carry, args
-    value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *loss_args))(p)
-    updates, state = opt.update(grad, state, p)
-    return (optax.apply_updates(p, updates), state), (value, jnp.nan)
+class OptaxState(NamedTuple):
+    """The carry of a plain optax minimisation."""
+
+    params: object  # the trainable parameters
+    opt_state: object  # the optimizer's state
+
+
+def _optax_step(carry: OptaxState, args):
+    static, loss, loss_args, opt = args
+    value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *loss_args))(
+        carry.params)
+    updates, opt_state = opt.update(grad, carry.opt_state, carry.params)
+    return OptaxState(optax.apply_updates(carry.params, updates), opt_state), (value, jnp.nan)
+
+
+class Minibatches(NamedTuple):
+    """A stream of minibatches from shuffled epochs: ``key`` draws the permutation ``perm``
+    of each new epoch (the way GPflow and GPyTorch users iterate over a data set)."""
+
+    key: jax.Array
+    perm: jax.Array
+
+    @classmethod
+    def start(cls, key, n: int) -> Minibatches:
+        return cls(key, jnp.arange(n))
+
+
+def minibatch(stream: Minibatches, t, batch_size: int | None, replace: bool = False):
+    """(rows of step t, or None for the full batch; the advanced stream; the scale
+    n / |B| of the minibatch estimate). Without ``replace``, step t takes the
+    (t mod n // |B|)-th slice of the epoch's permutation, a new permutation drawn when an
+    epoch starts. With ``replace``, |B| rows drawn uniformly with replacement using
+    ``stream.key`` as it is (the caller passes a fresh key each step; the particle flows
+    draw this way, O(|B|) per step)."""
+    n = stream.perm.shape[0]
+    if batch_size is None or batch_size >= n:
+        return None, stream, 1.0
+    if replace:
+        return jax.random.randint(stream.key, (batch_size,), 0, n), stream, n / batch_size
+    b = t % (n // batch_size)
+    key, sub = jax.random.split(stream.key)
+    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: stream.perm)
+    rows = lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
+    return rows, Minibatches(key, perm), n / batch_size
 
 
 @eqx.filter_jit

@@ -1,6 +1,6 @@
 """Gaussian particle flow: the variational Gaussian approximation (VGA) of any
-differentiable log density by linear flows (thesis ch. 6; reference seed000 part 2 section 2,
-with its errata).
+differentiable log density by linear flows ([Galy-Fajou2021]; equation, algorithm and theorem
+numbers below are the paper's, and the corrections to its printed formulas are listed).
 
 With the potential phi(x) = -log p(x, y) and q = N(m, C), the free energy is
 F[q] = E_q[phi] - H[q]. Moving x by the linear flow dx/dt = -A (x - m) - b with
@@ -19,13 +19,15 @@ E[g (x - m)^T] = I: the optimal VGA. No Hessians and no matrix inverses.
   each step, m <- m - eta1 g_bar, Gamma <- Gamma - eta2 (E[g x0^T] Gamma^T Gamma - Gamma).
 - ``ADVI``: reparameterised-gradient Gaussian VI (full-rank Cholesky or mean-field) with an
   optax optimiser; ``SVGD``: Stein variational gradient descent (RBF kernel with the median
-  heuristic, linear, or centred linear -- the last has GPF's dynamics, section 2.9).
+  heuristic, linear, or centred linear -- the last has GPF's dynamics,
+  [Galy-Fajou2021, Sec. 3.6]).
 
 Shared options: step sizes eta1 (mean) and eta2 (covariance); the mean step preconditioned by
-C (``natural_mean``); the dimension-wise optimisers of section 2.10 (Adam, AdaGrad, RMSProp
-with the second moment shared across particles, which keeps the flow linear -- element-wise
-ones twist the particle cloud); structured mean field (``blocks``: independent Gaussians on
-contiguous blocks of x, e.g. the layers of a network, or on every coordinate); minibatches.
+C (``natural_mean``); the dimension-wise optimisers of [Galy-Fajou2021, Sec. 4.4] (Adam,
+AdaGrad, RMSProp with the second moment shared across particles, which keeps the flow
+linear -- element-wise ones twist the particle cloud); structured mean field (``blocks``:
+independent Gaussians on contiguous blocks of x, e.g. the layers of a network, or on every
+coordinate); minibatches.
 
 Entry points: :func:`fit_gaussian` for a log density (a callable, or a :class:`Target` with a
 prior and per-example likelihood terms for minibatches), and ``augmentedgp.fit(VGP(...), X,
@@ -51,7 +53,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 from augmentedgp.core import linalg
-from augmentedgp.core.loop import History, optax_optimizer, run_steps
+from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimizer, run_steps
 from augmentedgp.core.params import log_prior, partition_trainable
 
 _LOG2PI = math.log(2 * math.pi)
@@ -156,7 +158,7 @@ class VariationalGaussian(eqx.Module):
 
     def entropy(self) -> Float[Array, ""]:
         """H[q] with the null directions of a low-rank covariance at unit variance (the
-        regularised entropy of section 2.5)."""
+        regularised entropy of [Galy-Fajou2021, Sec. 3.4.1])."""
         if self.sd is None:
             lam = jnp.linalg.eigvalsh(self.factor.T @ self.factor)
             logdet = _logdet_positive(lam)
@@ -170,7 +172,7 @@ class VariationalGaussian(eqx.Module):
     def free_energy(self, target: Target | Callable[[PyTree], Float[Array, ""]],
                     key: PRNGKeyArray, n_samples: int = 1000) -> float:
         """Monte Carlo estimate of F[q] = E_q[phi] - H[q] (= -ELBO) from ``n_samples``
-        fresh draws (the evaluation of the thesis' experiment code)."""
+        fresh draws (as the experiment code of [Galy-Fajou2021] evaluates it)."""
         t = _as_target(target, self.unravel)
         X = self.sample(key, n_samples)
         data = tuple(jnp.asarray(a) for a in t.data)
@@ -212,7 +214,7 @@ def _slices(blocks):
     return [slice(*b) for b in blocks]
 
 
-# --- dimension-wise optimisers (section 2.10) ------------------------------------------------
+# --- dimension-wise optimisers ([Galy-Fajou2021, App. H]) ------------------------------------
 
 _OPTIMIZERS = ("gd", "adam", "adagrad", "rmsprop")
 
@@ -292,7 +294,7 @@ class _ParticleState(NamedTuple):
 def _particle_entropy(X, blocks):
     """H of the particles' Gaussian C = Z^T Z / N per block, regularised: the log-det of
     its min(N - 1, D_b) nonzero eigenvalues, from a Cholesky factor of the smaller of
-    Z^T Z / N and Z Z^T / N + J / N (section 2.5, App. D); collapsed particles get the
+    Z^T Z / N and Z Z^T / N + J / N ([Galy-Fajou2021, App. D]); collapsed particles get the
     Cholesky's jitter, a large but finite entropy deficit, not a NaN."""
     N, D = X.shape
     Z = X - jnp.mean(X, axis=0)
@@ -359,7 +361,7 @@ def _initial_particles(key, x0, N, scale):
 
 
 class ParticleFlow(_Method):
-    """Gaussian Particle Flow (GPF, thesis ch. 6 Algorithm 2).
+    """Gaussian Particle Flow (GPF, [Galy-Fajou2021, Algorithm 2]).
 
     ``n_particles`` (default D + 1: full rank, exact for Gaussian targets; fewer give a
     rank N - 1 approximation); ``learning_rate`` eta or (eta1, eta2) for the mean and the
@@ -433,7 +435,7 @@ class _FlowState(NamedTuple):
 
 
 class GaussianFlow(_Method):
-    """Gaussian Flow (GF, thesis ch. 6 Algorithm 1, corrected): x = m + Gamma x0 with
+    """Gaussian Flow (GF, [Galy-Fajou2021, Algorithm 1], corrected): x = m + Gamma x0 with
     ``n_samples`` fresh x0 ~ N(0, I_K) per step (default D + 1); ``rank`` K of Gamma (per
     block; default full). Other options as :class:`ParticleFlow`; with ``blocks`` Gamma is
     block diagonal ("diagonal": a vector of standard deviations)."""
@@ -596,8 +598,8 @@ class ADVI(_Method):
 class SVGD(_Method):
     """Stein variational gradient descent (Liu & Wang 2016) with ``kernel`` "rbf"
     (bandwidth by the median heuristic), "linear" (x^T x' + 1) or "centred" ((x - m)^T
-    (x' - m) + 1, whose dynamics are GPF's, section 2.9). Not a Gaussian approximation: the
-    result summarises the particles by their mean and covariance."""
+    (x' - m) + 1, whose dynamics are GPF's, [Galy-Fajou2021, Sec. 3.6]). Not a Gaussian
+    approximation: the result summarises the particles by their mean and covariance."""
 
     n_particles: int | None = eqx.field(static=True, default=None)
     kernel: str = eqx.field(static=True, default="rbf")
@@ -644,23 +646,26 @@ METHODS = (ParticleFlow, GaussianFlow, ADVI, SVGD)
 # --- the loop ---------------------------------------------------------------------------
 
 
-def _minibatch(data, key, batch_size):
-    """b examples drawn uniformly with replacement (O(b), unbiased with the n / b scale;
-    a permutation per step would cost O(n log n) and dominate the step)."""
-    if batch_size is None or not data or batch_size >= data[0].shape[0]:
-        return data, 1.0
-    n = data[0].shape[0]
-    idx = jax.random.randint(key, (batch_size,), 0, n)
-    return tuple(a[idx] for a in data), n / batch_size
+class FlowCarry(NamedTuple):
+    """The carry of a flow's training loop."""
+
+    method: object  # the method's state (particles, or mean and factor, ...)
+    hyper: object  # the target's trainable parameters
+    opt_state: object  # their optimizer's state
+    t: jax.Array  # iteration count
+    batches: Minibatches  # the key stream (points and minibatches) over the target's data
 
 
 def _step(carry, args):
     """One iteration: the method's points, their potentials and gradients (one minibatch
     shared by all points), the free energy before the update, the method's update and an
     optax step on the target's trainable parameters (if any)."""
-    (state, hyp, opt_state, key), (method, static, data, blocks, opt) = carry, args
-    key, k_batch, k_points = jax.random.split(key, 3)
-    batch, scale = _minibatch(data, k_batch, method.batch_size)
+    method, static, data, blocks, opt = args
+    state, hyp = carry.method, carry.hyper
+    key, k_batch, k_points = jax.random.split(carry.batches.key, 3)
+    rows, _, scale = minibatch(carry.batches._replace(key=k_batch), carry.t, method.batch_size,
+                               replace=True)
+    batch = data if rows is None else tuple(a[rows] for a in data)
     X, noise = method._points(state, k_points, blocks)
 
     def total(h, X):
@@ -673,8 +678,9 @@ def _step(carry, args):
         state, noise, blocks)
     state = method._update(state, X, noise, G, blocks)
     g_hyp = jax.tree_util.tree_map(lambda g: g / X.shape[0], g_hyp)
-    updates, opt_state = opt.update(g_hyp, opt_state, hyp)
-    return (state, eqx.apply_updates(hyp, updates), opt_state, key), (free_energy, jnp.nan)
+    updates, opt_state = opt.update(g_hyp, carry.opt_state, hyp)
+    return FlowCarry(state, eqx.apply_updates(hyp, updates), opt_state, carry.t + 1,
+                     carry.batches._replace(key=key)), (free_energy, jnp.nan)
 
 
 def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rate, optimizer,
@@ -692,11 +698,13 @@ def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rat
     state = method._init(k_init, x0, blocks)
     hyp, static = partition_trainable(target)
     opt = optax_optimizer(optimizer, learning_rate)
-    carry = (state, hyp, opt.init(hyp), k_run)
+    n = data[0].shape[0] if data else 0
+    carry = FlowCarry(state, hyp, opt.init(hyp), jnp.asarray(0), Minibatches.start(k_run, n))
 
     def to_result(c):
-        m, sd, factor, particles = method._gaussian(c[0], blocks)
-        return VariationalGaussian(m, factor, sd, particles, unravel), eqx.combine(c[1], static)
+        m, sd, factor, particles = method._gaussian(c.method, blocks)
+        return (VariationalGaussian(m, factor, sd, particles, unravel),
+                eqx.combine(c.hyper, static))
 
     carry, hist = run_steps(_step, carry, (method, static, data, blocks, opt), to_result,
                             max_iter=int(max_iter), tol=tol, chunk_size=chunk_size,

@@ -1,6 +1,7 @@
-"""Augmented blocked Gibbs sampling (thesis ch. 5 Algorithm 2; ch. 4 section 4.3 and 7.4
-Algorithm 4 for multi-class; 7.2 Algorithm 2 for the heteroscedastic model; 7.5 Algorithm 6
-for inducing points).
+"""Augmented blocked Gibbs sampling ([Galy-Fajou2020, Algorithm 2]; for multi-class
+[Galy-Fajou2019, Sec. 4.3] and [Galy-Fajou2022, Sec. 7.4.2, Algorithm 4]; for the
+heteroscedastic model [Galy-Fajou2022, Sec. 7.2.1, Algorithm 2]; with inducing points
+[Galy-Fajou2022, Sec. 7.5, Algorithm 6]).
 
 Given its auxiliary variables w, every augmented likelihood is a Gaussian site on f with
 log-potential beta f - gamma f^2 / 2: the natural parameters of AnalyticVI with a draw of w
@@ -13,8 +14,8 @@ in place of E[w]. One sweep of the sampler is
 Step 2 is drawn by Matheron's rule with the pseudo-targets beta / gamma and noise 1 / gamma:
 f = f0 + K s B^-1 (beta / s - s f0 - e), f0 ~ N(m, K), e ~ N(0, I), s = sqrt(gamma) and
 B = I + s K s (Rasmussen & Williams eq. 3.26): one n x n Cholesky per sweep and no inverse of
-gamma, K or B. With inducing points Z (the variational Gibbs sampler of thesis 7.5 with
-alpha = 0) step 2 draws u from the Titsias-optimal q(u) for the site, whitened
+gamma, K or B. With inducing points Z (the variational Gibbs sampler of [Galy-Fajou2022,
+Sec. 7.5] with alpha = 0) step 2 draws u from the Titsias-optimal q(u) for the site, whitened
 v = Lmm^-1 u ~ N(P^-1 A (beta - G m), P^-1) with P = I + A G A^T, A = Lmm^-1 Kmn, then
 f_i ~ p(f_i | u) independently: O(n M^2) per sweep, a sampler of that approximation rather
 than of the exact posterior (with Z = X it is the exact sampler).
@@ -22,12 +23,13 @@ than of the exact posterior (with Z = X it is the exact sampler).
 Several latent functions (multi-class, heteroscedastic) get one GP each. When they are
 independent given w (logistic-softmax) they are drawn together after one draw of w; the
 heteroscedastic likelihood sets ``gibbs_joint = False`` and the latents are then swept in
-turn, w redrawn before each (f | g is collapsed over w, as the thesis' algorithm requires).
+turn, w redrawn before each (f | g is collapsed over w, as [Galy-Fajou2022, Sec. 7.2.1,
+Algorithm 2] requires).
 
 Optional hyperparameter moves (``GibbsSampling(hyper_every=k)``, full sampler): every k
 sweeps one random-walk Metropolis step on the unconstrained values of all trainable
 parameters (kernel, mean, likelihood), under their priors, with the whitened latent
-v = L^-1 (f - m) held fixed (Murray & Adams 2010): the proposal moves f = m + L v with the
+v = L^-1 (f - m) held fixed ([Murray2010]): the proposal moves f = m + L v with the
 kernel, and the acceptance ratio is that of p(y | f) p(theta), w (integrated out) being
 redrawn at the next sweep.
 

@@ -47,7 +47,8 @@ class QuadratureVI(VariationalInference):
 
     With ``natural=True`` (default) each iteration takes an Adam step on the
     hyperparameters and inducing inputs, then a natural-gradient step of size
-    ``step_size`` (a float in (0, 1] or a schedule) on q(u) (seed 001 section 3.1.1);
+    ``step_size`` (a float in (0, 1] or a schedule) on q(u) ([Salimbeni2018];
+    [Kobe2021, Sec. 4.1.1]);
     with ``natural=False`` the optimizer moves q(u) too ("Adam optimisation").
     """
 
@@ -86,8 +87,8 @@ class QuadratureSVI(QuadratureVI):
 
 
 class AnalyticVI(VariationalInference):
-    """Augmented conjugate variational inference (thesis ch. 3 and 5, Algorithm 1) for SVGP
-    and VGP on the full batch.
+    """Augmented conjugate variational inference ([Wenzel2019];
+    [Galy-Fajou2020, Algorithm 1]) for SVGP and VGP on the full batch.
 
     The likelihood is augmented (:mod:`augmentedgp.augmentation`) and q(f, w) = q(f) q(w).
     Each iteration sets every q(w_i) to its optimum given q(f) (local step), then moves the
@@ -126,10 +127,11 @@ class AnalyticVI(VariationalInference):
 
 
 class AnalyticSVI(AnalyticVI):
-    """Stochastic AnalyticVI (thesis ch. 3 eq. 12, ch. 5 Algorithm 3): minibatches of
-    ``batch_size`` points, the data term and the sites scaled by n / |B|, natural
-    parameters interpolated with step ``step_size`` -- by default Robbins-Monro
-    (t + 1)^-0.51 -- as the errata require (not the mean and covariance)."""
+    """Stochastic AnalyticVI ([Wenzel2019, Sec. 4.3, eq. 12]; [Galy-Fajou2020, Algorithm 3]):
+    minibatches of ``batch_size`` points, the data term and the sites scaled by n / |B|,
+    natural parameters interpolated with step ``step_size`` -- by default Robbins-Monro
+    (t + 1)^-0.51 -- as in [Wenzel2019, eq. 12] (the printed [Galy-Fajou2020, Algorithm 3]
+    omits the scaling and interpolates the mean and covariance instead)."""
 
     def __init__(self, batch_size: int, step_size=None):
         super().__init__(RobbinsMonro() if step_size is None else step_size)

@@ -3,7 +3,7 @@ one, ``k.diag(X)`` its diagonal in O(n). Kernels are equinox Modules whose hyper
 are :class:`~augmentedgp.params.Parameter` nodes (positive ones through exp); they add
 (``k1 + k2``), multiply (``k1 * k2``) and scale (``2.0 * k``).
 
-Formulas: Rasmussen & Williams (2006) ch. 4 (see ../shared/reference/seed002_003.md C.4).
+Formulas: Rasmussen & Williams [Rasmussen2006], ch. 4.
 Stationary kernels use ARD lengthscales when ``lengthscale`` is an array of shape (d,).
 """
 

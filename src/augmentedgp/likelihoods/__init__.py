@@ -5,16 +5,23 @@ also implement :class:`~augmentedgp.augmentation.Augmented` are conditionally co
 from augmentedgp.augmentation import Augmented
 from augmentedgp.likelihoods.base import Likelihood, MultiLatent
 from augmentedgp.likelihoods.binary import BayesianSVM, Bernoulli, Logistic, Probit
-from augmentedgp.likelihoods.counts import LogisticPoisson, NegativeBinomial, Poisson
-from augmentedgp.likelihoods.heteroscedastic import HeteroscedasticGaussian
-from augmentedgp.likelihoods.multiclass import Categorical, LogisticSoftmax, RobustMax, Softmax
+from augmentedgp.likelihoods.counts import LogisticPoisson, NegativeBinomial, Poisson, PoissonTilt
+from augmentedgp.likelihoods.heteroscedastic import HeteroscedasticGaussian, HeteroTilt
+from augmentedgp.likelihoods.multiclass import (
+    Categorical,
+    LogisticSoftmax,
+    RobustMax,
+    Softmax,
+    SoftmaxTilt,
+)
 from augmentedgp.likelihoods.positive import Beta, Gamma
 from augmentedgp.likelihoods.robust import Gaussian, Laplace, Matern32, StudentT
 
 __all__ = ["Likelihood", "MultiLatent", "Gaussian", "StudentT", "Laplace", "Matern32",
            "Bernoulli", "Logistic", "Probit", "BayesianSVM", "Poisson", "LogisticPoisson",
            "NegativeBinomial", "Gamma", "Beta", "Categorical", "LogisticSoftmax", "Softmax",
-           "RobustMax", "HeteroscedasticGaussian", "augmentable"]
+           "RobustMax", "HeteroscedasticGaussian", "PoissonTilt", "SoftmaxTilt", "HeteroTilt",
+           "augmentable"]
 
 
 def augmentable() -> tuple[type[Likelihood], ...]:

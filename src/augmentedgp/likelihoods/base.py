@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.scipy.special import gammaln
 
 from augmentedgp.augmentation.protocol import (
     log_cosh_sqrt,
 )
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
 from augmentedgp.core.validation import check_finite, check_y
-
-_LOG_2PI = math.log(2.0 * math.pi)
-_LOG_2 = math.log(2.0)
-
-
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -37,11 +35,50 @@ def laguerre_nodes(n: int = 64):
 
 
 class Likelihood(eqx.Module):
-    """Base class: ``log_prob(y, f)`` elementwise, its derivatives, the variational
-    expectations and the predictive distribution of y given a Gaussian q(f)."""
+    """The likelihood protocol: an observation model p(y | f), elementwise over the
+    observations.
 
+    A new likelihood subclasses this class and gives its three abstract methods:
+
+    - ``log_prob(y, f)``: log p(y | f), elementwise (f is (n, C) with ``num_latent`` C > 1);
+    - ``conditional_mean(f)`` and ``conditional_variance(f)``: E[y | f] and Var[y | f] (for
+      binary labels, of the indicator of y = +1; for class labels, of the indicators of the
+      classes, (n, C)).
+
+    The other methods have generic implementations (autodiff for the derivatives,
+    Gauss-Hermite for the expectations) that a subclass may override with closed forms,
+    keeping their signatures: ``grad_log_prob(y, f)``, ``hess_log_prob(y, f)``,
+    ``variational_expectations(y, mean, var, n=None, key=None)``,
+    ``predictive_log_prob(y, mean, var)``, ``predict_y(mean, var, n=None)`` and
+    ``check_targets(y, name="y")``. Class attributes: ``support``, the set of targets y
+    ("real", "positive", "unit", "binary", "counts" or "classes"), and ``normalised``
+    (False for a pseudo-likelihood whose p(y | f) does not sum to 1 over y).
+
+    A conditionally conjugate likelihood subclasses
+    :class:`~augmentedgp.augmentation.Augmented` as well.
+    :func:`augmentedgp.testing.check_likelihood` checks a likelihood against numerical
+    integration and autodiff.
+    """
+
+    support: ClassVar[str] = "real"
+    normalised: ClassVar[bool] = True
+
+    @property
+    def num_latent(self) -> int:
+        """The number of latent functions f (1; several for :class:`MultiLatent`)."""
+        return 1
+
+    @abc.abstractmethod
     def log_prob(self, y, f):
-        raise NotImplementedError
+        """log p(y | f), elementwise."""
+
+    @abc.abstractmethod
+    def conditional_mean(self, f):
+        """E[y | f]."""
+
+    @abc.abstractmethod
+    def conditional_variance(self, f):
+        """Var[y | f]."""
 
     def grad_log_prob(self, y, f):
         """d/df log p(y|f), elementwise."""
@@ -51,42 +88,35 @@ class Likelihood(eqx.Module):
         """d^2/df^2 log p(y|f), elementwise (the negative of W in Laplace)."""
         return jax.vmap(jax.grad(lambda yi, fi: self.grad_log_prob(yi[None], fi[None])[0], 1))(y, f)
 
-    def check_targets(self, y):
+    def check_targets(self, y, name: str = "y"):
         """Validated targets in the internal encoding (raises ValueError)."""
         return y
 
     def targets(self, y, n: int, name: str = "y"):
         """``check_targets`` of a numeric vector of n targets (an (n, 1) column is accepted)."""
-        return self.check_targets(check_y(y, n, name))
+        return self.check_targets(check_y(y, n, name), name)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y|f) N(f | mean, var) df, elementwise (100-point Gauss-Hermite in log
         space: ~1e-12 relative for a likelihood as narrow as a third of the latent sd)."""
         return log_gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var)
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         """E_{N(f | mean, var)}[log p(y | f)], elementwise: the data term of the ELBO
-        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes unless a closed form exists;
-        ``key`` seeds the likelihoods that use Monte Carlo (ignored by the others)."""
+        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes (None: the likelihood's default,
+        20 here) unless a closed form exists; ``key`` seeds the likelihoods that use Monte
+        Carlo (ignored by the others)."""
+        n = 20 if n is None else n
         return gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var, n)
 
-    def conditional_mean(self, f):
-        """E[y | f]."""
-        raise NotImplementedError(f"{type(self).__name__} has no conditional mean")
-
-    def conditional_variance(self, f):
-        """Var[y | f]."""
-        raise NotImplementedError(f"{type(self).__name__} has no conditional variance")
-
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         """Mean and variance of y when f ~ N(mean, var) (law of total variance,
-        Gauss-Hermite)."""
+        Gauss-Hermite with ``n`` nodes, None: 32; closed forms ignore ``n``)."""
+        n = 32 if n is None else n
         ey = gauss_hermite(self.conditional_mean, mean, var, n)
         ey2 = gauss_hermite(lambda f: self.conditional_variance(f) + self.conditional_mean(f) ** 2,
                             mean, var, n)
         return ey, jnp.maximum(ey2 - ey**2, 0.0)
-
-
 
 
 def count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:
@@ -100,6 +130,17 @@ def count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:
     return arr
 
 
+def log_inv_gamma(w, shape, scale):
+    """log density of InvGamma(shape, scale) at w > 0 (Laplace transform
+    2 (scale t)^{shape/2} K_shape(2 sqrt(scale t)) / Gamma(shape))."""
+    return (shape * jnp.log(scale) - gammaln(shape) - (shape + 1.0) * jnp.log(w) - scale / w)
+
+
+def log_gamma_density(w, shape, rate):
+    """log density of Gamma(shape, rate) at w > 0 (Laplace transform (1 + t / rate)^-shape)."""
+    return shape * jnp.log(rate) - gammaln(shape) + (shape - 1.0) * jnp.log(w) - rate * w
+
+
 def uniform_nodes(lo, hi, n: int):
     """n equispaced nodes on [lo, hi] (broadcast, nodes on a new last axis) and the step.
     Full weights at the ends: the integrands using this are negligible there."""
@@ -107,10 +148,6 @@ def uniform_nodes(lo, hi, n: int):
     h = (hi - lo) / (n - 1)
     return lo[..., None] + h[..., None] * jnp.arange(n), h
 
-
-
-_LOG_2 = math.log(2.0)
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 @functools.lru_cache(maxsize=8)
@@ -146,17 +183,23 @@ def log_2cosh_half(c2):
 
 
 class MultiLatent(Likelihood):
-    """A likelihood of ``num_latent`` latent functions; marginals are (n, C) arrays."""
+    """A likelihood of ``num_latent`` latent functions: f and the marginals mean, var are
+    (n, C) arrays. Subclasses give ``num_latent`` besides the methods of
+    :class:`Likelihood`; they have no derivatives in f (no Laplace or EP)."""
 
     @property
+    @abc.abstractmethod
     def num_latent(self) -> int:
-        raise NotImplementedError
+        """The number C of latent functions."""
 
     def grad_log_prob(self, y, f):
+        """Not available: raises TypeError (several latent functions)."""
         raise TypeError(f"{type(self).__name__} has several latent functions: use SVGP or "
                         "VGP, not the Laplace or EP approximations")
 
-    hess_log_prob = grad_log_prob
+    def hess_log_prob(self, y, f):
+        """Not available: raises TypeError (several latent functions)."""
+        return self.grad_log_prob(y, f)
 
 
 def check_samples(num_samples, predict_samples):

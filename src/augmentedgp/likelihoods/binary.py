@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import math
 
 import jax
@@ -10,8 +11,8 @@ from jax.scipy.special import log_ndtr, ndtr
 
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import (
-    Augmented,
     PolyaGamma,
+    ScaleMixture,
     SuperGaussian,
 )
 from augmentedgp.core.quadrature import gauss_hermite
@@ -19,6 +20,7 @@ from augmentedgp.core.validation import check_binary
 from augmentedgp.likelihoods.base import (
     Likelihood,
     laguerre_nodes,
+    log_inv_gamma,
     sqrt_floor,
 )
 
@@ -27,16 +29,20 @@ _LOG_2 = math.log(2.0)
 
 
 class Bernoulli(Likelihood):
-    """Binary y in {-1, +1} (users may pass {0, 1}); p(y | f) = sigmoid(y f)."""
+    """Binary y in {-1, +1} (users may pass {0, 1}). Subclasses give ``log_prob`` and
+    ``predict_proba``."""
 
-    def check_targets(self, y):
-        return check_binary(y)
+    support = "binary"
 
+    def check_targets(self, y, name: str = "y"):
+        return check_binary(y, name)
+
+    @abc.abstractmethod
     def predict_proba(self, mean, var):
-        """p(y = +1) = int sigmoid(f) N(f | mean, var) df."""
-        raise NotImplementedError
+        """p(y = +1) = int p(y = +1 | f) N(f | mean, var) df."""
 
-    def predict_y(self, mean, var):
+    def predict_y(self, mean, var, n: int | None = None):
+        """p(y = +1) and its variance p (1 - p) (``n`` is not used)."""
         p = self.predict_proba(mean, var)
         return p, p * (1.0 - p)
 
@@ -58,10 +64,12 @@ class Logistic(Bernoulli, PolyaGamma):
 
     pg_method = "devroye"  # b = 1: exact
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
+        """sigmoid(y f) = e^{y f / 2} / (2 cosh(f / 2)): log C = -log 2, g = y / 2, h = f."""
         return SuperGaussian(-_LOG_2, 0.5 * y, 0.0, 1.0)
 
-    def _pg_b(self, y):
+    def pg_b(self, y):
+        """b = 1."""
         return 1.0
 
     def log_prob(self, y, f):
@@ -114,13 +122,15 @@ class Probit(Bernoulli):
         return ndtr(mean / jnp.sqrt(1.0 + var))  # int Phi(f) N(f|m,v) df = Phi(m / sqrt(1+v))
 
 
-class BayesianSVM(Bernoulli, Augmented):
+class BayesianSVM(Bernoulli, ScaleMixture):
     """The Bayesian SVM pseudo-likelihood L(y | f) = exp(-2 max(1 - y f, 0)) (Polson & Scott
     2011; Wenzel et al. 2017), y in {-1, +1}. Augmentation: L = e^{-1} e^{y f} e^{-|1 - y f|},
     h = 1 - y f, phi(t) = e^{-sqrt t}, q(w) inverse Gaussian with mean 1 / (2 c).
 
     L is not normalised over y; class probabilities use p(y = +1 | f) = L(+1 | f) /
     (L(+1 | f) + L(-1 | f)), averaged over f by Gauss-Hermite."""
+
+    normalised = False
 
     def log_prob(self, y, f):
         return -2.0 * jnp.maximum(1.0 - y * f, 0.0)
@@ -131,15 +141,19 @@ class BayesianSVM(Bernoulli, Augmented):
     def predict_proba(self, mean, var):
         return gauss_hermite(self.conditional_mean, jnp.asarray(mean), jnp.asarray(var), 100)
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
         return SuperGaussian(-1.0, y, 1.0, -y)
 
-    def _log_phi(self, y, t):
+    def log_phi(self, y, t):
         return -sqrt_floor(t)
 
-    def _omega_mean(self, y, t):
+    def log_mixing_density(self, y, w):
+        """Levy: InvGamma(1/2, scale 1/4), whose Laplace transform is e^{-sqrt t}."""
+        return log_inv_gamma(w, 0.5, 0.25)
+
+    def omega_mean(self, y, t):
         return 0.5 / sqrt_floor(t)
 
-    def _sample_omega(self, key, y, t):
+    def sample_omega(self, key, y, t):
         # e^{-sqrt t} = E e^{-t w}, w ~ Levy(1/2); tilted: inverse Gaussian(1 / (2c), 1/2)
         return samplers.inverse_gaussian(key, 0.5 / sqrt_floor(t), 0.5)

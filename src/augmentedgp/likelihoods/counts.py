@@ -36,6 +36,7 @@ class Poisson(Likelihood):
     non-negative real y, with the same log density (the quasi-Poisson likelihood of
     scikit-learn's PoissonRegressor)."""
 
+    support = "counts"
     binsize: float = eqx.field(static=True)
     integer: bool = eqx.field(static=True)
 
@@ -45,8 +46,8 @@ class Poisson(Likelihood):
         self.binsize = float(binsize)
         self.integer = bool(integer)
 
-    def check_targets(self, y):
-        return count_targets(y, integer=self.integer)
+    def check_targets(self, y, name: str = "y"):
+        return count_targets(y, name, integer=self.integer)
 
     def log_prob(self, y, f):
         # y log(b e^f) - b e^f - log y!
@@ -59,7 +60,7 @@ class Poisson(Likelihood):
         return jnp.broadcast_to(-self.binsize * jnp.exp(f),
                                 jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         # E[e^f] = exp(m + v/2) (lognormal mean)
         return (y * (mean + math.log(self.binsize)) - self.binsize * jnp.exp(mean + 0.5 * var)
                 - gammaln(y + 1.0))
@@ -70,7 +71,7 @@ class Poisson(Likelihood):
     def conditional_variance(self, f):
         return self.binsize * jnp.exp(f)
 
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         # E[y] = b e^{m + v/2}; Var[y] = E[y] + b^2 (e^v - 1) e^{2m + v}
         ey = self.binsize * jnp.exp(mean + 0.5 * var)
         return ey, ey + ey**2 * jnp.expm1(var)
@@ -90,13 +91,14 @@ class LogisticPoisson(Likelihood, Augmented):
     errata correct), then sigmoid(f)^y sigmoid(-f)^n is Polya-Gamma with b = y + n. The
     optimal q(n) is Poisson with mean rate e^{-m/2} / (2 cosh(c/2)), c^2 = E[f^2]."""
 
+    support = "counts"
     rate: Parameter
 
     def __init__(self, rate=1.0):
         self.rate = positive(rate, "Poisson maximum rate")
 
-    def check_targets(self, y):
-        return count_targets(y)
+    def check_targets(self, y, name: str = "y"):
+        return count_targets(y, name)
 
     def log_prob(self, y, f):
         lam = self.rate.value
@@ -152,6 +154,7 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     ``integer=False`` also accepts non-negative real y (the same density, gamma functions
     for the factorials)."""
 
+    support = "counts"
     r: Parameter
     integer: bool = eqx.field(static=True)
 
@@ -159,8 +162,8 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         self.r = positive(r, "negative-binomial dispersion r")
         self.integer = bool(integer)
 
-    def check_targets(self, y):
-        return count_targets(y, integer=self.integer)
+    def check_targets(self, y, name: str = "y"):
+        return count_targets(y, name, integer=self.integer)
 
     def log_prob(self, y, f):
         r = self.r.value
@@ -173,9 +176,9 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     def hess_log_prob(self, y, f):
         return -(y + self.r.value) * jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
 
-    def variational_expectations(self, y, mean, var, n: int = 64, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         # 20 nodes leave ~1e-7 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-10 at var = 4
-        return super().variational_expectations(y, mean, var, n)
+        return super().variational_expectations(y, mean, var, 64 if n is None else n)
 
     def conditional_mean(self, f):
         return self.r.value * jnp.exp(f)
@@ -183,16 +186,18 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     def conditional_variance(self, f):
         return self.r.value * jnp.exp(f) * (1.0 + jnp.exp(f))  # mu + mu^2 / r
 
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         # E[y] = r e^{m + v/2}; Var[y] = E[y] + r (r + 1) e^{2m + 2v} - E[y]^2
         r = self.r.value
         ey = r * jnp.exp(mean + 0.5 * var)
         return ey, ey + ey**2 * (jnp.exp(var) * (1.0 + 1.0 / r) - 1.0)
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
+        """sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2} cosh(f / 2)^{-(y + r)}."""
         r = self.r.value
         log_c = gammaln(y + r) - gammaln(r) - gammaln(y + 1.0) - (y + r) * _LOG_2
         return SuperGaussian(log_c, 0.5 * (y - r), 0.0, 1.0)
 
-    def _pg_b(self, y):
+    def pg_b(self, y):
+        """b = y + r."""
         return y + self.r.value

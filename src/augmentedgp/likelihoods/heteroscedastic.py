@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import xlogy
 
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
@@ -61,27 +62,36 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
     def check_targets(self, y, name: str = "y"):
         return check_finite(y, name)
 
-    def log_prob(self, y, F):
-        f, g = F[..., 0], F[..., 1]
+    def log_prob(self, y, f):
+        f, g = f[..., 0], f[..., 1]
         lam = self.precision.value
         return 0.5 * (jnp.log(lam) + jax.nn.log_sigmoid(g) - _LOG_2PI) - 0.5 * lam * (
             jax.nn.sigmoid(g) * (y - f) ** 2)
+
+    def conditional_mean(self, f):
+        """E[y | f, g] = f."""
+        return f[..., 0]
+
+    def conditional_variance(self, f):
+        """Var[y | f, g] = 1 / (precision sigmoid(g))."""
+        return 1.0 / (self.precision.value * jax.nn.sigmoid(f[..., 1]))
 
     @staticmethod
     def _split(mean, var):
         return mean[..., 0], var[..., 0], mean[..., 1], var[..., 1]
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
-        """Exact in f; Gauss-Hermite in g."""
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+        """Exact in f; Gauss-Hermite in g (``n`` nodes, None: 20)."""
+        n = 20 if n is None else n
         mf, vf, mg, vg = self._split(mean, var)
         lam = self.precision.value
         e = (y - mf) ** 2 + vf
         term = lambda g: 0.5 * jax.nn.log_sigmoid(g) - 0.5 * lam * e[..., None] * jax.nn.sigmoid(g)
         return 0.5 * (jnp.log(lam) - _LOG_2PI) + gauss_hermite(term, mg, vg, n)
 
-    def predict_y(self, mean, var):
+    def predict_y(self, mean, var, n: int | None = None):
         """Mean and variance of y: E f and V f + E[1 / (precision sigmoid(g))], the latter
-        (1 + e^{-m_g + v_g / 2}) / precision in closed form."""
+        (1 + e^{-m_g + v_g / 2}) / precision in closed form (``n`` is not used)."""
         mf, vf, mg, vg = self._split(mean, var)
         return mf, vf + (1.0 + jnp.exp(-mg + 0.5 * vg)) / self.precision.value
 
@@ -112,13 +122,13 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
     # then (n, w) | f, g, then g | n, w (thesis 7.2 Algorithm 2, collapsed in f)
     gibbs_joint = False
 
-    def sample_aux(self, key, y, F):
+    def sample_aux(self, key, y, f):
         """n ~ Po(precision sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2
         (thesis 7.2 Algorithm 2)."""
-        f, g = F[..., 0], F[..., 1]
+        f, g = f[..., 0], f[..., 1]
         kn, kw = jax.random.split(key)
         rate = 0.5 * self.precision.value * jax.nn.sigmoid(-g) * (y - f) ** 2
-        n = jax.random.poisson(kn, rate).astype(F.dtype)
+        n = jax.random.poisson(kn, rate).astype(f.dtype)
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, 0.5 + n, g), jax.nn.sigmoid(g))
 
     def sites(self, y, aux):
@@ -128,10 +138,22 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         return (jnp.stack([prec_f * y, 0.5 * (0.5 - aux.n)], -1),
                 jnp.stack([prec_f, 2.0 * aux.w], -1))
 
-    def augmented_expectations(self, y, mean, var):
+    def augmented_expectations(self, y, mean, var, q_aux=None):
+        """The double bound at the optimal q(n, w) (class docstring), or at ``q_aux``:
+        q(n) = Po(n_mean), q(w | n) = PG(1/2 + n, c) / 2. With rho = precision E / 2,
+        mu = n_mean and E[w] = (1/2 + mu) tanh(c/2) / (4c), it is log(precision / 2 pi) / 2
+        - rho + mu log(rho / mu) + mu + (1/2 - mu) m_g / 2 - E[w] (E[g^2] - c^2)
+        - (1/2 + mu) log(2 cosh(c/2))."""
         mf, vf, mg, vg = self._split(mean, var)
         lam = self.precision.value
-        c2 = mg**2 + vg
-        psi = jnp.exp(-0.5 * mg - log_2cosh_half(c2))
-        return (0.5 * (jnp.log(lam) - _LOG_2PI) + 0.25 * mg - 0.5 * log_2cosh_half(c2)
-                - 0.5 * lam * ((y - mf) ** 2 + vf) * (1.0 - psi))
+        if q_aux is None:
+            c2 = mg**2 + vg
+            psi = jnp.exp(-0.5 * mg - log_2cosh_half(c2))
+            return (0.5 * (jnp.log(lam) - _LOG_2PI) + 0.25 * mg - 0.5 * log_2cosh_half(c2)
+                    - 0.5 * lam * ((y - mf) ** 2 + vf) * (1.0 - psi))
+        rho = 0.5 * lam * ((y - mf) ** 2 + vf)
+        mu, c2 = q_aux.n_mean, q_aux.c2
+        e_w = 0.5 * (0.5 + mu) * tanh_ratio(jnp.sqrt(c2))
+        return (0.5 * (jnp.log(lam) - _LOG_2PI) - rho + xlogy(mu, rho) - xlogy(mu, mu) + mu
+                + 0.5 * (0.5 - mu) * mg - e_w * (mg**2 + vg - c2)
+                - (0.5 + mu) * log_2cosh_half(c2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import NamedTuple
 
@@ -9,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import log_ndtr, logsumexp
+from jax.scipy.special import log_ndtr, logsumexp, xlogy
 
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
@@ -33,6 +34,7 @@ class Categorical(MultiLatent):
     that order; a label outside ``classes`` is an error. A declared class with no training
     points is allowed: its latent function only receives evidence against it."""
 
+    support = "classes"
     classes: tuple = eqx.field(static=True)
 
     def __init__(self, classes):
@@ -58,12 +60,24 @@ class Categorical(MultiLatent):
                              f"classes {list(self.classes)[:10]} of the likelihood")
         return np.asarray([code[v] for v in values.tolist()], dtype=np.int64)[inverse.ravel()]
 
+    @abc.abstractmethod
     def predict_proba(self, mean, var):
         """p(y = k | data) for each class, (n, C), integrated over q(f)."""
-        raise NotImplementedError
 
-    def predict_y(self, mean, var):
-        """Class probabilities p and their variances p (1 - p), each (n, C)."""
+    def conditional_mean(self, f):
+        """p(y = k | f) for each class k, (..., C): the mean of the class indicators."""
+        codes = jnp.arange(self.num_latent)
+        return jax.vmap(lambda k: jnp.exp(self.log_prob(jnp.full(jnp.shape(f)[:-1], k), f)),
+                        out_axes=-1)(codes)
+
+    def conditional_variance(self, f):
+        """p (1 - p) for each class, (..., C): the variance of the class indicators."""
+        p = self.conditional_mean(f)
+        return p * (1.0 - p)
+
+    def predict_y(self, mean, var, n: int | None = None):
+        """Class probabilities p and their variances p (1 - p), each (n, C) (``n`` is not
+        used)."""
         p = self.predict_proba(mean, var)
         return p, p * (1.0 - p)
 
@@ -128,11 +142,13 @@ class LogisticSoftmax(Categorical, Augmented):
         ls = jax.nn.log_sigmoid(F)
         return ls - logsumexp(ls, axis=-1, keepdims=True)
 
-    def log_prob(self, y, F):
-        return jnp.take_along_axis(self._log_probs(F), jnp.asarray(y)[..., None], -1)[..., 0]
+    def log_prob(self, y, f):
+        return jnp.take_along_axis(self._log_probs(f), jnp.asarray(y)[..., None], -1)[..., 0]
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
-        """E[log sigmoid(f_y)] by Gauss-Hermite, E[log sum_c sigmoid(f_c)] by Monte Carlo."""
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+        """E[log sigmoid(f_y)] by Gauss-Hermite (``n`` nodes, None: 20), E[log sum_c
+        sigmoid(f_c)] by Monte Carlo."""
+        n = 20 if n is None else n
         pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
         first = gauss_hermite(jax.nn.log_sigmoid, pick(mean), pick(var), n)
         lse = lambda F: logsumexp(jax.nn.log_sigmoid(F), axis=-1)
@@ -153,29 +169,43 @@ class LogisticSoftmax(Categorical, Augmented):
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         return 0.5 * (Y - q_aux.n_mean), (Y + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))
 
-    def sample_aux(self, key, y, F):
+    def sample_aux(self, key, y, f):
         """(n, w) ~ p(n, w | y, F) (thesis 7.4 Algorithm 4): the negative multinomial n is
         drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
         exp(-lambda sigmoid(f_c)) is the n^c series), n^c ~ Po(lambda sigmoid(-f_c)), then
         w^c ~ PG(y^c + n^c, |f^c|) / 2."""
         kl, kn, kw = jax.random.split(key, 3)
-        lam = jax.random.exponential(kl, y.shape, F.dtype) / jnp.sum(jax.nn.sigmoid(F), -1)
-        n = jax.random.poisson(kn, lam[:, None] * jax.nn.sigmoid(-F)).astype(F.dtype)
-        Y = jax.nn.one_hot(y, self.num_latent, dtype=F.dtype)
-        return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, F))
+        lam = jax.random.exponential(kl, y.shape, f.dtype) / jnp.sum(jax.nn.sigmoid(f), -1)
+        n = jax.random.poisson(kn, lam[:, None] * jax.nn.sigmoid(-f)).astype(f.dtype)
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=f.dtype)
+        return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, f))
 
     def sites(self, y, aux):
         """beta^c = (y^c - n^c) / 2, gamma^c = PG draw (Algorithm 4)."""
         Y = jax.nn.one_hot(y, self.num_latent, dtype=aux.w.dtype)
         return 0.5 * (Y - aux.n), 2.0 * aux.w
 
-    def augmented_expectations(self, y, mean, var):
-        """The augmented data term at the optimal q(n, w) (see the class docstring)."""
-        c2 = mean**2 + var
-        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
-        pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
-        return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
-                - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
+    def augmented_expectations(self, y, mean, var, q_aux=None):
+        """The augmented data term at the optimal q(n, w) (see the class docstring), or at
+        ``q_aux``: q(n) negative multinomial (r = 1) with means n_mean, q(w^c | n) =
+        PG(y^c + n^c, c_c) / 2. With mu = n_mean, M = sum_c mu_c and E[w^c] =
+        (y^c + mu_c) tanh(c_c / 2) / (4 c_c), it is sum_c [(y^c - mu_c) m_c / 2
+        - E[w^c] (E[f_c^2] - c_c^2) - (y^c + mu_c) log(2 cosh(c_c / 2))]
+        + (M + 1) log((M + 1) / C) - sum_c mu_c log mu_c (the q(n) terms: the n-prior with
+        lambda integrated out, minus log q(n))."""
+        if q_aux is None:
+            c2 = mean**2 + var
+            psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
+            pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
+            return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
+                    - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
+        Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
+        mu = q_aux.n_mean
+        e_w = 0.5 * (Y + mu) * tanh_ratio(jnp.sqrt(q_aux.c2))
+        per_class = (0.5 * (Y - mu) * mean - e_w * (mean**2 + var - q_aux.c2)
+                     - (Y + mu) * log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
+        m1 = jnp.sum(mu, -1) + 1.0
+        return jnp.sum(per_class, -1) + m1 * (jnp.log(m1) - math.log(self.num_latent))
 
 
 class Softmax(Categorical):
@@ -189,11 +219,11 @@ class Softmax(Categorical):
         super().__init__(classes)
         self.num_samples, self.predict_samples = check_samples(num_samples, predict_samples)
 
-    def log_prob(self, y, F):
-        return jnp.take_along_axis(jax.nn.log_softmax(F, -1), jnp.asarray(y)[..., None],
+    def log_prob(self, y, f):
+        return jnp.take_along_axis(jax.nn.log_softmax(f, -1), jnp.asarray(y)[..., None],
                                    -1)[..., 0]
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         pick = jnp.take_along_axis(mean, jnp.asarray(y)[:, None], 1)[:, 0]
         lse = lambda F: logsumexp(F, axis=-1)
         return pick - mc_expectation(lse, mean, var, self.num_samples, key)
@@ -225,9 +255,9 @@ class RobustMax(Categorical):
         eps = self.epsilon.value
         return jnp.log1p(-eps), jnp.log(eps / (self.num_latent - 1))
 
-    def log_prob(self, y, F):
+    def log_prob(self, y, f):
         hit, miss = self._log_levels()
-        return jnp.where(jnp.argmax(F, -1) == jnp.asarray(y), hit, miss)
+        return jnp.where(jnp.argmax(f, -1) == jnp.asarray(y), hit, miss)
 
     def _argmax_prob(self, k, mean, var):
         """P(f_k > f_j for all j != k) under independent N(mean, var), k: (n,) codes."""
@@ -239,7 +269,7 @@ class RobustMax(Categorical):
         others = jax.nn.one_hot(k, self.num_latent, dtype=mean.dtype) < 0.5
         return jnp.sum(jnp.exp(jnp.sum(jnp.where(others[..., None], log_phi, 0.0), 1)) * w, -1)
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         P = self._argmax_prob(jnp.asarray(y), mean, var)
         hit, miss = self._log_levels()
         return P * hit + (1.0 - P) * miss

@@ -11,13 +11,15 @@ from jax.scipy.special import erf, gammaln, log_ndtr
 
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import (
-    Augmented,
+    ScaleMixture,
     SuperGaussian,
 )
 from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.validation import check_finite
 from augmentedgp.likelihoods.base import (
     Likelihood,
+    log_gamma_density,
+    log_inv_gamma,
     sqrt_floor,
     uniform_nodes,
 )
@@ -26,7 +28,7 @@ _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
-class Gaussian(Likelihood, Augmented):
+class Gaussian(Likelihood, ScaleMixture):
     """y = f + e, e ~ N(0, variance). Conjugate as it is: in the augmentation scheme
     h = (f - y) / sqrt(2 variance) and phi(t) = e^-t, so w = 1."""
 
@@ -45,7 +47,13 @@ class Gaussian(Likelihood, Augmented):
     def hess_log_prob(self, y, f):
         return jnp.broadcast_to(-1.0 / self.variance.value, jnp.shape(f))
 
-    def predict_y(self, mean, var):
+    def conditional_mean(self, f):
+        return f
+
+    def conditional_variance(self, f):
+        return jnp.broadcast_to(self.variance.value, jnp.shape(f))
+
+    def predict_y(self, mean, var, n: int | None = None):
         """Mean and variance of y."""
         return mean, var + self.variance.value
 
@@ -53,26 +61,30 @@ class Gaussian(Likelihood, Augmented):
         v = var + self.variance.value
         return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v)
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         s2 = self.variance.value  # closed form (seed 001 A.4)
         return -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2)
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
         s2 = self.variance.value
         b = jnp.broadcast_to(1.0 / jnp.sqrt(2.0 * s2), jnp.shape(y))
         return SuperGaussian(-0.5 * (_LOG_2PI + jnp.log(s2)), 0.0, -y * b, b)
 
-    def _log_phi(self, y, t):
+    def log_phi(self, y, t):
         return -t
 
-    def _omega_mean(self, y, t):
+    def log_mixing_density(self, y, w):
+        """None: w = 1 (a point mass)."""
+        return None
+
+    def omega_mean(self, y, t):
         return jnp.ones_like(t)
 
-    def _sample_omega(self, key, y, t):
+    def sample_omega(self, key, y, t):
         return jnp.ones_like(t)
 
 
-class StudentT(Likelihood, Augmented):
+class StudentT(Likelihood, ScaleMixture):
     """y = f + scale * t_df (Student-t noise; heavy tails, robust regression).
 
     Augmentation: a gamma scale mixture of Gaussians, h = (f - y) / scale,
@@ -86,8 +98,8 @@ class StudentT(Likelihood, Augmented):
         self.df = positive(df, "Student-t degrees of freedom")
         self.scale = positive(scale, "Student-t scale")
 
-    def check_targets(self, y):
-        return check_finite(y)
+    def check_targets(self, y, name: str = "y"):
+        return check_finite(y, name)
 
     def log_prob(self, y, f):
         nu, s = self.df.value, self.scale.value
@@ -106,15 +118,17 @@ class StudentT(Likelihood, Augmented):
         return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
                 - jnp.log(self.scale.value))
 
-    def variational_expectations(self, y, mean, var, n: int = 256, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         """Accurate for any variance (Gauss-Hermite is not once sqrt(var) >~ scale sqrt(df):
-        the integrand has poles at f = y +- i scale sqrt(df)). ``n``: trapezoid nodes.
+        the integrand has poles at f = y +- i scale sqrt(df)). ``n``: trapezoid nodes
+        (None: 256).
 
         Frullani: log(1 + a) = int_0^inf (e^{-u} - e^{-u(1+a)}) du/u, and for r = y - f ~
         N(d, v), E exp(-u r^2/c) = (1 + 2uv/c)^{-1/2} exp(-u d^2/(c + 2uv)), c = df scale^2.
         The u-integral is done by the trapezoid rule in t = log u (geometric convergence;
         256 nodes: ~1e-14 even for (y - mean)^2 / (df scale^2) ~ 1e10).
         """
+        n = 256 if n is None else n
         nu = self.df.value
         c = nu * self.scale.value**2
         d, v = jnp.asarray(y - mean), jnp.asarray(var)
@@ -157,29 +171,34 @@ class StudentT(Likelihood, Augmented):
         v = self.scale.value**2 * nu / jnp.where(nu > 2.0, nu - 2.0, 1.0)
         return jnp.broadcast_to(jnp.where(nu > 2.0, v, jnp.inf), jnp.shape(f))
 
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         return mean, var + self.conditional_variance(mean)
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
         b = jnp.broadcast_to(1.0 / self.scale.value, jnp.shape(y))
         return SuperGaussian(self._log_norm(), 0.0, -y * b, b)
 
-    def _log_phi(self, y, t):
+    def log_phi(self, y, t):
         nu = self.df.value
         return -0.5 * (nu + 1.0) * jnp.log1p(t / nu)
 
-    def _omega_mean(self, y, t):
+    def log_mixing_density(self, y, w):
+        """Gamma((df + 1) / 2, rate df)."""
+        nu = self.df.value
+        return log_gamma_density(w, 0.5 * (nu + 1.0), nu)
+
+    def omega_mean(self, y, t):
         nu = self.df.value
         return 0.5 * (nu + 1.0) / (nu + t)
 
-    def _sample_omega(self, key, y, t):
+    def sample_omega(self, key, y, t):
         # (1 + t / nu)^{-(nu+1)/2} = E e^{-t w}, w ~ Gamma((nu + 1)/2, rate nu); tilted:
         # rate nu + t
         nu = self.df.value
         return jax.random.gamma(key, jnp.broadcast_to(0.5 * (nu + 1.0), t.shape)) / (nu + t)
 
 
-class Laplace(Likelihood, Augmented):
+class Laplace(Likelihood, ScaleMixture):
     """p(y | f) = exp(-|y - f| / scale) / (2 scale).
 
     Augmentation: h = f - y, phi(t) = exp(-sqrt(t) / scale); q(w) is inverse Gaussian with
@@ -190,8 +209,8 @@ class Laplace(Likelihood, Augmented):
     def __init__(self, scale=1.0):
         self.scale = positive(scale, "Laplace scale")
 
-    def check_targets(self, y):
-        return check_finite(y)
+    def check_targets(self, y, name: str = "y"):
+        return check_finite(y, name)
 
     def log_prob(self, y, f):
         b = self.scale.value
@@ -204,7 +223,7 @@ class Laplace(Likelihood, Augmented):
         # zero away from the kink at f = y (log-concave, but not strictly)
         return jnp.zeros(jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
 
-    def variational_expectations(self, y, mean, var, n: int = 20, key=None):
+    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         b = self.scale.value
         d = y - mean
         pos = var > 0.0
@@ -232,25 +251,29 @@ class Laplace(Likelihood, Augmented):
     def conditional_variance(self, f):
         return jnp.broadcast_to(2.0 * self.scale.value**2, jnp.shape(f))
 
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         return mean, var + 2.0 * self.scale.value**2
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
         return SuperGaussian(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)
 
-    def _log_phi(self, y, t):
+    def log_phi(self, y, t):
         return -sqrt_floor(t) / self.scale.value
 
-    def _omega_mean(self, y, t):
+    def log_mixing_density(self, y, w):
+        """Levy: InvGamma(1/2, scale 1 / (4 scale^2)), Laplace transform e^{-sqrt(t) / scale}."""
+        return log_inv_gamma(w, 0.5, 0.25 / self.scale.value**2)
+
+    def omega_mean(self, y, t):
         return 0.5 / (self.scale.value * sqrt_floor(t))
 
-    def _sample_omega(self, key, y, t):
+    def sample_omega(self, key, y, t):
         # e^{-sqrt(t) / s} = E e^{-t w}, w ~ Levy(1 / (2 s^2)); tilted: inverse Gaussian
         s = self.scale.value
         return samplers.inverse_gaussian(key, 0.5 / (s * sqrt_floor(t)), 0.5 / s**2)
 
 
-class Matern32(Likelihood, Augmented):
+class Matern32(Likelihood, ScaleMixture):
     """Matern-3/2 noise: p(y | f) = (a / 4) (1 + a |y - f|) e^{-a |y - f|}, a = sqrt(3) /
     scale (the thesis' new likelihood from a kernel profile, ch. 5). Augmentation: h = f - y,
     phi(t) = (1 + a sqrt t) e^{-a sqrt t} (the errata's reading), q(w) generalised inverse
@@ -261,8 +284,8 @@ class Matern32(Likelihood, Augmented):
     def __init__(self, scale=1.0):
         self.scale = positive(scale, "Matern-3/2 noise scale")
 
-    def check_targets(self, y):
-        return check_finite(y)
+    def check_targets(self, y, name: str = "y"):
+        return check_finite(y, name)
 
     def _a(self):
         return math.sqrt(3.0) / self.scale.value
@@ -277,23 +300,27 @@ class Matern32(Likelihood, Augmented):
     def conditional_variance(self, f):
         return jnp.broadcast_to(4.0 / self._a() ** 2, jnp.shape(f))
 
-    def predict_y(self, mean, var, n: int = 32):
+    def predict_y(self, mean, var, n: int | None = None):
         return mean, var + 4.0 / self._a() ** 2
 
-    def _super_gaussian(self, y):
+    def super_gaussian(self, y):
         return SuperGaussian(jnp.log(0.25 * self._a()), 0.0, -y, 1.0)
 
-    def _log_phi(self, y, t):
+    def log_phi(self, y, t):
         a = self._a()
         ac = a * sqrt_floor(t)
         # log1p(x) - x = -x^2/2 + x^3/3 - ... : smooth in t at t = 0
         return jnp.where(ac < 1e-5, -0.5 * a**2 * t + a**3 * t**1.5 / 3.0, jnp.log1p(ac) - ac)
 
-    def _omega_mean(self, y, t):
+    def log_mixing_density(self, y, w):
+        """InvGamma(3/2, scale a^2 / 4), Laplace transform (1 + a sqrt t) e^{-a sqrt t}."""
+        return log_inv_gamma(w, 1.5, 0.25 * self._a() ** 2)
+
+    def omega_mean(self, y, t):
         a = self._a()
         return 0.5 * a**2 / (1.0 + a * sqrt_floor(t))
 
-    def _sample_omega(self, key, y, t):
+    def sample_omega(self, key, y, t):
         # (1 + a sqrt t) e^{-a sqrt t} = E e^{-t w}, w ~ InvGamma(3/2, a^2 / 4); tilted:
         # GIG(-3/2, 2 t, a^2 / 2), density ~ w^{-5/2} e^{-t w - a^2 / (4 w)}
         a = self._a()

@@ -46,11 +46,12 @@ class Exact(eqx.Module):
 
 
 class Laplace(eqx.Module):
-    """Laplace approximation at the posterior mode (R&W Algorithms 3.1-3.2, section 5.5.1).
+    """Laplace approximation at the posterior mode ([Rasmussen2006], Algorithms 3.1-3.2,
+    Sec. 5.5.1).
 
     Newton's method with step halving finds the mode; the marginal likelihood
     log q(y) = -1/2 a^T g + log p(y | g + m) - sum log diag L, with |B| = |I + W^1/2 K W^1/2|
-    (the corrected determinant of seed 002 eq. (5)). Its gradient includes the implicit
+    ([Rasmussen2006], eq. 3.32). Its gradient includes the implicit
     dependence of the mode on the hyperparameters: one differentiable Newton step from the
     (stop-gradient) mode has, at the fixed point, the implicit-function derivative.
     """

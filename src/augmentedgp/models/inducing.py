@@ -8,7 +8,7 @@
   Wilk, 2020), i.e. the pivots of a partial pivoted Cholesky of K_XX, in O(n M^2) time and
   O(n M) memory; it reduces trace(K_XX - Q_XX) greedily. It may return fewer than M rows
   when K_XX is numerically of lower rank.
-* :func:`oips`: online inducing point selection (Galy-Fajou & Opper, 2020, Alg. 1): a streamed
+* :func:`oips`: online inducing point selection ([Galy-Fajou2020b, Alg. 1]): a streamed
   x joins Z when its largest kernel correlation with Z is below rho.
 
 All return float64 numpy arrays. Randomness enters only through an explicit ``key``
@@ -204,7 +204,7 @@ def _block_kernels(kernel, B, Z):
 def oips(X: Float[ArrayLike, "n d"], kernel: Kernel, rho: float,
          Z: Float[ArrayLike, "M d"] | None = None, max_points: int | None = None
          ) -> Float[np.ndarray, "m d"]:
-    """Online inducing point selection (Galy-Fajou & Opper, 2020, Algorithm 1).
+    """Online inducing point selection ([Galy-Fajou2020b, Algorithm 1]).
 
     The rows of X are streamed in order; x is appended to Z when
     max_j k(x, z_j) / sqrt(k(x, x) k(z_j, z_j)) < rho (correlation, so rho in (0, 1) means

@@ -31,10 +31,11 @@ class MCGP(eqx.Module):
     """A GP model sampled by augmented Gibbs: f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i))
     with an augmented likelihood (see ``augmentedgp.likelihoods.augmentable()``).
 
-    ``inducing`` (M, d) selects the sparse sampler of thesis 7.5 (u at Z, f_i ~ p(f_i | u)),
-    for n beyond a few thousand. Hyperparameters are held at their values; fit them first
-    (e.g. with an SVGP) or pass the values to sample at. Several latent functions work as in
-    :class:`~augmentedgp.SVGP` (one kernel shared, or a list of C kernels).
+    ``inducing`` (M, d) selects the sparse sampler of [Galy-Fajou2022, Sec. 7.5] (u at Z,
+    f_i ~ p(f_i | u)), for n beyond a few thousand. Hyperparameters are held at their
+    values; fit them first (e.g. with an SVGP) or pass the values to sample at. Several
+    latent functions work as in :class:`~augmentedgp.SVGP` (one kernel shared, or a list of
+    C kernels).
     """
 
     kernel: Kernel

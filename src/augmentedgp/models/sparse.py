@@ -1,15 +1,16 @@
 """Inducing-point GP models: SGPR (collapsed, with DTC and FITC), SVGP and VGP.
 
-SVGP (Hensman et al. 2013, 2015) keeps q(u) explicit; its bound on a minibatch B of n
+SVGP ([Hensman2013], [Hensman2015]) keeps q(u) explicit; its bound on a minibatch B of n
 points is  (n / |B|) sum_{i in B} E_{q(f_i)}[log p(y_i | f_i)] - KL(q(u) || p(u))
-(seed 001 eq. 3.3 and A.4). VGP is the non-sparse case Z = X (Opper & Archambeau 2009).
-SGPR integrates u out for a Gaussian likelihood (Titsias 2009, seed 001 eq. 2.17):
+(the minibatch estimate of [Hensman2013]). VGP is the non-sparse case Z = X ([Opper2009]).
+SGPR integrates u out for a Gaussian likelihood ([Titsias2009]):
 
     F = log N(y | m, Q + s2 I) - tr(K - Q) / (2 s2),    Q = Knm Kmm^-1 Kmn,
 
-DTC drops the trace term (Seeger 2003) and FITC replaces s2 I by s2 I + diag(K - Q)
-(Snelson & Ghahramani 2006; seed 003 B.7). All three give q(u) in closed form (with the
-per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and theta1 = A D^-1 r).
+DTC drops the trace term ([Seeger2003]) and FITC replaces s2 I by s2 I + diag(K - Q)
+([Snelson2006]; the names of [Quinonero-Candela2005]). All three give q(u) in closed form
+(with the per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and
+theta1 = A D^-1 r).
 """
 
 from __future__ import annotations
@@ -367,11 +368,11 @@ class SGPR(eqx.Module):
         A, r, d, resid, s2 = self._terms(X, y, method)
         value = _lowrank_terms(r, A, d)[0]
         if method == "vfe":
-            value = value - 0.5 * jnp.sum(resid) / s2  # seed 001 eq. 2.17
+            value = value - 0.5 * jnp.sum(resid) / s2  # the trace term of [Titsias2009]
         return value
 
     def _upper_bound(self, X, y):
-        A, r, d, resid, s2 = self._terms(X, y, "vfe")  # seed 004 B.4, c = tr(K - Q)
+        A, r, d, resid, s2 = self._terms(X, y, "vfe")  # [Titsias2014], c = tr(K - Q)
         lower_det = _lowrank_terms(jnp.zeros_like(r), A, d)[0]
         tail = _lowrank_terms(r, A, d + jnp.sum(resid))[0] - _lowrank_terms(
             jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
@@ -394,7 +395,7 @@ class SGPR(eqx.Module):
         return float(_sgpr_elbo(self, *self.validate_data(X, y)))
 
     def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
-        """Titsias' upper bound on log p(y) (seed 004 B.4): a diagnostic of the gap."""
+        """Titsias' upper bound on log p(y) ([Titsias2014]): a diagnostic of the gap."""
         return float(_sgpr_upper(self, *self.validate_data(X, y)))
 
     def optimal_q(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> NaturalQ:
@@ -475,7 +476,8 @@ class SparsePosterior(Predictive):
 
     def augmentation_gap(self) -> float:
         """elbo() - elbo(augmented=True) = sum_i E_q[log phi(h_i^2)] - log phi(E_q[h_i^2])
-        >= 0: how much the augmented bound gives away at this q(f) (thesis App. A.4.3)."""
+        >= 0: how much the augmented bound gives away at this q(f)
+        ([Galy-Fajou2020, App. A.4.3])."""
         return self.elbo() - self.elbo(augmented=True)
 
     @property

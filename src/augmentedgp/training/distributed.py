@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from augmentedgp.core.loop import optax_optimizer, run_steps
+from augmentedgp.core.loop import minibatch, optax_optimizer, run_steps
 from augmentedgp.core.validation import check_X
 from augmentedgp.inference.vi import VariationalInference
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
@@ -53,7 +53,6 @@ from augmentedgp.training.step import (
     Statistics,
     VISetup,
     VIState,
-    batch_rows,
     init_state,
     model_at,
     prior_objective,
@@ -83,12 +82,12 @@ def _reduce(state: VIState, stats: Statistics, scale, static):
     return stats._replace(value=scale * stats.value + prior_value, grad=grad)
 
 
-def _driver_update(state, stats, key, perm, scale, do_hyper, setup):
-    return update(state, _reduce(state, stats, scale, setup.static), key, perm, scale, do_hyper,
+def _driver_update(state, stats, batches, scale, do_hyper, setup):
+    return update(state, _reduce(state, stats, scale, setup.static), batches, scale, do_hyper,
                   setup)
 
 
-_rows_jit = eqx.filter_jit(batch_rows)
+_minibatch_jit = eqx.filter_jit(minibatch)
 _update_jit = eqx.filter_jit(_driver_update)
 
 
@@ -99,8 +98,7 @@ def _device_step(state: VIState, args):
     """One iteration as one program: the rows' statistics sharded over the mesh's devices
     (``shard_map``, summed with ``psum``), then the driver's update."""
     setup, X, y, mesh = args
-    n = X.shape[0]
-    rows, key, perm, scale = batch_rows(state, n, setup.inference.batch_size)
+    rows, batches, scale = minibatch(state.batches, state.t, setup.inference.batch_size)
     if rows is not None:
         X, y = X[rows], y[rows]
     D = mesh.devices.size
@@ -108,7 +106,7 @@ def _device_step(state: VIState, args):
     w = jnp.concatenate([jnp.ones(X.shape[0], X.dtype), jnp.zeros(pad, X.dtype)])
     X = jnp.concatenate([X, jnp.broadcast_to(X[:1], (pad, *X.shape[1:]))])
     y = jnp.concatenate([y, jnp.broadcast_to(y[:1], (pad, *y.shape[1:]))])
-    mc_key = jax.random.fold_in(key, state.t)
+    mc_key = jax.random.fold_in(batches.key, state.t)
     spec = jax.sharding.PartitionSpec("data")
 
     def sharded(need_grad):
@@ -125,7 +123,7 @@ def _device_step(state: VIState, args):
     do_hyper = state.t % setup.hyper_every == 0
     stats = (sharded(True) if setup.hyper_every == 1
              else lax.cond(do_hyper, lambda: sharded(True), lambda: sharded(False)))
-    return _driver_update(state, stats, key, perm, scale, do_hyper, setup)
+    return _driver_update(state, stats, batches, scale, do_hyper, setup)
 
 
 # --- the Dask executor -------------------------------------------------------------------
@@ -388,15 +386,14 @@ class _DaskMap:
 
 
 def _dask_step(state: VIState, args):
-    setup, mapper, n = args
-    rows, key, perm, scale = _rows_jit(state, n, setup.inference.batch_size)
+    setup, mapper = args
+    rows, batches, scale = _minibatch_jit(state.batches, state.t, setup.inference.batch_size)
     t = int(state.t)
     do_hyper = t % setup.hyper_every == 0
     rows = None if rows is None else np.asarray(rows)
-    stats = mapper(state.hyper, state.q, rows, jax.random.fold_in(key, t), do_hyper, t)
+    stats = mapper(state.hyper, state.q, rows, jax.random.fold_in(batches.key, t), do_hyper, t)
     stats = jax.tree_util.tree_map(jnp.asarray, stats)
-    return _update_jit(state, stats, key, perm, jnp.asarray(scale), jnp.asarray(do_hyper),
-                       setup)
+    return _update_jit(state, stats, batches, jnp.asarray(scale), jnp.asarray(do_hyper), setup)
 
 
 def _loop(step, carry, args, length):
@@ -519,7 +516,7 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
         state, setup = init_state(
             model, lambda static: VISetup(static, inference, opt, hyper_every), key, n)
         if devices is None:
-            args = (setup, _DaskMap(client, parts, setup.static, inference, bar), n)
+            args = (setup, _DaskMap(client, parts, setup.static, inference, bar))
         on_chunk, resume = None, None
         if checkpoint is not None:
             path, fp = Path(checkpoint), _fingerprint(state, n, inference, chunk_size)

@@ -3,8 +3,8 @@
 
 An iteration from a :class:`VIState` is
 
-1. the rows of this step (:func:`batch_rows`): the full batch, or the next minibatch of a
-   shuffled epoch (a new permutation when an epoch starts);
+1. the rows of this step (``core.loop.minibatch``): the full batch, or the next minibatch
+   of a shuffled epoch (a new permutation when an epoch starts);
 2. the :class:`Statistics` of those rows (:func:`statistics`): the objective to minimise,
    its gradient in the hyperparameters, and the natural-gradient statistics
    s1 = sum_i beta_i a_i, S2 = sum_i gamma_i a_i a_i^T with a_i = Lmm^-1 k_Z(x_i) -- sums
@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from augmentedgp.core.loop import Minibatches, minibatch
 from augmentedgp.core.params import log_prior, partition_trainable
 from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
 
@@ -40,8 +41,7 @@ class VIState(NamedTuple):
     opt_state: Any  # the optimizer's state (of hyper, or of (hyper, q) without natural steps)
     schedule: Any  # the step-size schedule's state
     t: jax.Array  # iteration count
-    key: jax.Array  # the minibatch / Monte Carlo key stream
-    perm: jax.Array  # the permutation of the current epoch
+    batches: Minibatches  # the minibatch stream (its key also seeds Monte Carlo expectations)
 
 
 class VISetup(NamedTuple):
@@ -80,18 +80,8 @@ def init_state(model, setup_of, key, n: int) -> tuple[VIState, VISetup]:
     natural = setup.inference.natural
     opt_state = setup.optimizer.init(hyper if natural else (hyper, q))
     schedule = setup.inference.step_size.init(direction_size(q, model.num_latent))
-    return VIState(hyper, q, opt_state, schedule, jnp.asarray(0), key, jnp.arange(n)), setup
-
-
-def batch_rows(state: VIState, n: int, batch_size):
-    """(rows of iteration t or None for the full batch, key, permutation, scale n / |B|):
-    the t-th minibatch of shuffled epochs, a new permutation at each epoch start."""
-    if batch_size is None or batch_size >= n:
-        return None, state.key, state.perm, 1.0
-    b = state.t % (n // batch_size)
-    key, sub = jax.random.split(state.key)
-    perm = lax.cond(b == 0, lambda: jax.random.permutation(sub, n), lambda: state.perm)
-    return lax.dynamic_slice(perm, (b * batch_size,), (batch_size,)), key, perm, n / batch_size
+    state = VIState(hyper, q, opt_state, schedule, jnp.asarray(0), Minibatches.start(key, n))
+    return state, setup
 
 
 def statistics(hyper, q, static, inference, X, y, w, key, need_grad: bool, scale=1.0,
@@ -133,7 +123,7 @@ def prior_objective(hyper, q, static):
         lambda h: model_at(h, q, static).prior_kl() - log_prior(model_at(h, q, static)))(hyper)
 
 
-def update(state: VIState, stats: Statistics, key, perm, scale, do_hyper, setup: VISetup,
+def update(state: VIState, stats: Statistics, batches, scale, do_hyper, setup: VISetup,
            factors=None):
     """The update of one iteration from the rows' statistics: an optimizer step on the
     hyperparameters when ``do_hyper``, and the natural step on q(u) towards
@@ -156,14 +146,14 @@ def update(state: VIState, stats: Statistics, key, perm, scale, do_hyper, setup:
         model.q, Kmm, Lmm, (stats.s1, stats.S2), scale,
         lambda d: inference.step_size.rate(state.schedule, state.t, d), inference.psd_sites,
         model.num_latent > 1)
-    new = VIState(hyper, partition_trainable(new_q)[0], opt_state, schedule, state.t + 1, key,
-                  perm)
+    new = VIState(hyper, partition_trainable(new_q)[0], opt_state, schedule, state.t + 1,
+                  batches)
     return new, (stats.value, rho)
 
 
-def joint_step(state: VIState, X, y, key, perm, scale, setup: VISetup):
+def joint_step(state: VIState, X, y, batches, scale, setup: VISetup):
     """One optimizer step on (hyperparameters, q(u)) together (``natural=False``)."""
-    mc_key = jax.random.fold_in(key, state.t)
+    mc_key = jax.random.fold_in(batches.key, state.t)
     inference, opt = setup.inference, setup.optimizer
 
     def objective(hq):
@@ -176,29 +166,29 @@ def joint_step(state: VIState, X, y, key, perm, scale, setup: VISetup):
     value, grad = jax.value_and_grad(objective)(params)
     updates, opt_state = opt.update(grad, state.opt_state, params)
     hyper, q = eqx.apply_updates(params, updates)
-    return state._replace(hyper=hyper, q=q, opt_state=opt_state, t=state.t + 1, key=key,
-                          perm=perm), (value, jnp.nan)
+    return state._replace(hyper=hyper, q=q, opt_state=opt_state, t=state.t + 1,
+                          batches=batches), (value, jnp.nan)
 
 
 def vi_step(state: VIState, args):
     """One iteration on one machine; ``args`` = (VISetup, X, y)."""
     setup, X, y = args
     inference = setup.inference
-    rows, key, perm, scale = batch_rows(state, X.shape[0], inference.batch_size)
+    rows, batches, scale = minibatch(state.batches, state.t, inference.batch_size)
     if rows is not None:
         X, y = X[rows], y[rows]
     if not inference.natural:
-        return joint_step(state, X, y, key, perm, scale, setup)
-    mc_key = jax.random.fold_in(key, state.t)  # Monte Carlo likelihoods; leaves the batch stream
+        return joint_step(state, X, y, batches, scale, setup)
+    mc_key = jax.random.fold_in(batches.key, state.t)  # Monte Carlo; leaves the batch stream
     of = lambda need_grad: statistics(state.hyper, state.q, setup.static, inference, X, y, None,
                                       mc_key, need_grad, scale, with_prior=True)
     if setup.hyper_every == 1:
         stats, factors = of(True)
-        return update(state, stats, key, perm, scale, True, setup, factors)
+        return update(state, stats, batches, scale, True, setup, factors)
     do_hyper = state.t % setup.hyper_every == 0
     stats, factors = lax.cond(do_hyper, lambda: of(True), lambda: of(False))
-    return update(state, stats, key, perm, scale, do_hyper, setup, factors)
+    return update(state, stats, batches, scale, do_hyper, setup, factors)
 
 
-__all__ = ["VIState", "VISetup", "Statistics", "init_state", "batch_rows", "statistics",
+__all__ = ["VIState", "VISetup", "Statistics", "init_state", "statistics",
            "prior_objective", "update", "joint_step", "vi_step", "with_q", "model_at"]

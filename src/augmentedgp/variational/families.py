@@ -6,10 +6,10 @@ whitened variable (p(v) = N(0, I)); ``A = Lmm^{-1} Kmn`` projects onto the point
 - ``CholeskyQ(whiten=False)``: m and a lower-triangular L with S = L L^T (Hensman 2013);
 - ``CholeskyQ(whiten=True)``: the same for q(v) (GPflow's default);
 - ``NaturalQ``: theta1 = S^-1 m, theta2 = -1/2 S^-1 (of u, or of v with ``whiten``);
-- ``SiteQ``: the O(M) "prior + diagonal" family of seed 001 section 3.1,
+- ``SiteQ``: the O(M) "prior + diagonal" family of [Kobe2021, Sec. 3.1] (after [Panos2018]),
   q(u) proportional to p(u) exp(lam^T u - 1/2 u^T diag(g) u), i.e. S = (Kmm^-1 + G)^-1 and
-  m = S lam, stored in the site coordinates (lam, g) of the corrected reading (seed 001
-  A.8.2), g > 0.
+  m = S lam, stored in the site coordinates (lam, g), g > 0, rather than in the (mu, g) of
+  [Kobe2021, Sec. 3.2], whose mu is not an affine natural parameter.
 
 Each gives the marginals of g(X) = f(X) - mean(X) under q(f) = int p(f|u) q(u) du
 (``conditional``), ``kl`` = KL(q(u) || p(u)), and its distribution as whitened natural
@@ -48,7 +48,7 @@ def map_latents(fn, args, mapped):
 
 
 def _gauss_kl_whitened(mv, tr_S, logdet_S):
-    """KL(N(mv, Sv) || N(0, I)) (seed 001 A.6)."""
+    """KL(N(mv, Sv) || N(0, I))."""
     return 0.5 * (tr_S + jnp.sum(mv**2) - mv.shape[0] - logdet_S)
 
 
@@ -216,11 +216,12 @@ class NaturalQ(QPosterior):
 
 
 class SiteQ(QPosterior):
-    """O(M) q(u) = N(S lam, S), S = (Kmm^-1 + diag(g))^-1 (seed 001 eq. 3.5, site form).
+    """O(M) q(u) = N(S lam, S), S = (Kmm^-1 + diag(g))^-1 ([Kobe2021, eq. 3.5], site form).
 
     All quantities come from B = I + G^1/2 Kmm G^1/2 (no factor of Kmm is needed):
     mu = (Kmm + G^-1)^-1 G^-1 lam = G^1/2 B^-1 G^-1/2 lam, the mean of q(f(x)) is
-    k_x^T mu and its variance k_xx - |L_B^-1 G^1/2 k_x|^2 (A.7.2, corrected).
+    k_x^T mu and its variance k_xx - |L_B^-1 G^1/2 k_x|^2 ([Kobe2021, eq. 3.6], corrected: the
+    cross-covariances k_x in place of Kmm).
     """
 
     lam: Parameter
@@ -244,7 +245,7 @@ class SiteQ(QPosterior):
         return Kmn.T @ mu, jnp.maximum(kdiag - jnp.sum(V**2, 0), 0.0)
 
     def kl(self, Kmm, Lmm):
-        s, LB, mu = self.factors(Kmm)  # seed 001 eq. 3.7 with log|K + G^-1| + log|G| = log|B|
+        s, LB, mu = self.factors(Kmm)  # [Kobe2021, eq. 3.7] with log|K + G^-1| + log|G| = log|B|
         Binv = linalg.solve_lower(LB, jnp.eye(LB.shape[0], dtype=LB.dtype))
         tr = LB.shape[0] - jnp.sum(Binv**2)  # tr((K + G^-1)^-1 K) = M - tr(B^-1)
         return 0.5 * (mu @ Kmm @ mu - tr) + 0.5 * linalg.logdet_chol(LB)
@@ -268,7 +269,7 @@ class LowRankQ(QPosterior):
     P_W the projector onto its column span: the Gaussian of a particle cloud
     (``augmentedgp.flow``, W = centred particles / sqrt(N)) with the directions the
     particles do not span kept at the prior's unit variance -- the regularised Gaussian of
-    thesis ch. 6 section 2.5, so KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+)
+    [Galy-Fajou2021, Sec. 3.4.1], so KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+)
     over the r nonzero eigenvalues of W^T W, and the bound stays a bound. With r = M
     (N > M particles) it is N(mean, W W^T). Natural-gradient steps are not defined."""
 

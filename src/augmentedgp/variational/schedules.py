@@ -42,7 +42,7 @@ class Constant(Schedule):
 
 class Warmup(Schedule):
     """Geometric ramp from ``start`` to ``end`` over ``steps`` steps, then ``end``
-    (seed 001 section 4.1.3: 1e-4 to 1e-1 over 40 iterations)."""
+    ([Kobe2021, Sec. 4.1.3]: 1e-4 to 1e-1 over 40 iterations)."""
 
     start: float = 1e-4
     end: float = 1e-1
