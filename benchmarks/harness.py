@@ -250,6 +250,8 @@ def dataset(name, split="auto", n_train=None, n_test=None, *, seed=0, test_fract
         X, y, Xt, yt = f["X"][:cut], f["y"][:cut], f["X"][cut:], f["y"][cut:]
         desc = f"time-ordered: first {1 - test_fraction:.0%} of rows train, the rest test"
     elif split in ("random", "slice"):
+        if "X" not in f:  # an official split: draw from its training rows
+            f = {"X": f["X_train"], "y": f["y_train"]}
         perm = rng.permutation(len(f["y"]))
         if split == "slice":
             te, tr = perm[n_train:n_train + (n_test or 0)], perm[:n_train]

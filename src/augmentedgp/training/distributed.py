@@ -1,7 +1,7 @@
 """Scale-out: augmented variational inference as map-reduce over partitions of the data.
 
 The AnalyticVI / AnalyticSVI updates touch the data only through sums over points
-(thesis ch. 3 Algorithm 1 and eq. 12, ch. 5 Algorithm 3): the data term of the bound
+([Wenzel2019, eqs. 11-12]; [Galy-Fajou2020, Algorithm 3]): the data term of the bound
 sum_i E[log p(y_i | f_i)] (at the optimal q(w_i)), its gradient in the hyperparameters,
 and the natural-gradient statistics sum_i beta_i a_i and sum_i gamma_i a_i a_i^T with
 a_i = Lmm^-1 k_Z(x_i). Each partition computes its sums where it lives

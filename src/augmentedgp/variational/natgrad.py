@@ -1,11 +1,11 @@
 """The one conjugate update: a natural-gradient step on q(u) from Gaussian sites.
 
 Every likelihood term enters the update as a Gaussian site on g_i = f(x_i) - mean(x_i),
-log-potential  beta_i g_i - 1/2 gamma_i g_i^2  (DESIGN.md, "The one conjugate update").
+log-potential  beta_i g_i - 1/2 gamma_i g_i^2  (the site view of [Khan2017]; docs/design.md).
 Quadrature VI obtains the sites from the derivatives of the variational expectations
 (gamma = -2 dE/dvar, beta = dE/dmean + gamma * mean); augmented likelihoods give them
 in closed form. With the minibatch scale s = n / |B|, the target of the step in whitened
-natural parameters is (seed 001 eq. 2.39, A.6)
+natural parameters is ([Hensman2013]; [Salimbeni2018])
 
     theta1* = A (s beta),   P* = I + A diag(s gamma) A^T,   A = Lmm^-1 Kmb,
 
@@ -13,7 +13,8 @@ and theta <- (1 - rho) theta + rho theta*  (rho = 1 on the full batch is the CAV
 update). Natural gradients are invariant to the affine map u = Lmm v, so the step is the
 same distribution update for the whitened, unwhitened and natural parameterisations.
 The O(M) site family instead takes the Fisher-preconditioned step in its own coordinates
-(seed 001 A.8.2): beta <- beta + rho F_beta^-1 grad_beta ELBO.
+beta = (lam, g) ([Kobe2021, Sec. 3.2] steps in (mu, g), but mu is not an affine natural
+parameter): beta <- beta + rho F_beta^-1 grad_beta ELBO.
 A step that leaves the positive-definite cone (or makes g <= 0) is halved until it does
 not; if 30 halvings do not help, q is left unchanged.
 """
@@ -158,7 +159,7 @@ def direction_size(q, num_latent: int = 1) -> int:
 
 
 def _site_fisher_step(q, Kmm, Lmm, s1, S2, scale):
-    """F^-1 grad of the ELBO in the site coordinates (lam, g) (seed 001 A.8.2). The data term
+    """F^-1 grad of the ELBO in the site coordinates (lam, g) (see the module doc). The data term
     sum_i beta_i E[g_i] - gamma_i E[g_i^2] / 2 depends on q only through the whitened
     moments: with E[g_i] = a_i^T m, m = Lmm^T mu, and Var[g_i] = k_ii - a_i^T W^T W a_i,
     W = L_B^-1 G^1/2 Lmm, it is s1^T m - (m^T S2 m - tr(S2 W^T W)) / 2 + const."""
@@ -175,7 +176,7 @@ def _site_fisher_step(q, Kmm, Lmm, s1, S2, scale):
 
     grad = jnp.concatenate(jax.grad(elbo, (0, 1))(lam, g))
     m, S = q.mean_cov(Kmm, Lmm)
-    # Fisher of the sub-family with sufficient statistics (u_i, -u_j^2 / 2) (seed 001 A.8.2)
+    # Fisher of the sub-family with sufficient statistics (u_i, -u_j^2 / 2) (Isserlis' theorem)
     F = jnp.block([[S, -S * m[None, :]], [-(S * m[None, :]).T, 0.5 * S**2 + S * jnp.outer(m, m)]])
     step = linalg.cho_solve(linalg.cholesky(0.5 * (F + F.T)), grad)
     return jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
