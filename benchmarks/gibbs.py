@@ -487,7 +487,7 @@ def intro(args, all_res):
 
 def main():
     p = H.parser(__doc__)
-    p.add_argument("--likelihoods", default=",".join(LIKELIHOODS))
+    p.add_argument("--likelihoods", default=None, help=",".join(LIKELIHOODS))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--samples", type=int, default=None, help="kept samples per chain")
     p.add_argument("--chains", type=int, default=None)
@@ -505,7 +505,7 @@ def main():
     args = H.parse(p, {"likelihoods": "logistic,studentt", "samples": 50, "chains": 2,
                        "burn_in": 20, "nuts_warmup": 50, "nuts_samples": 50, "rwm_thin": 2,
                        "n_boston": 150, "n_binary": 100},
-                   {"samples": 1000, "chains": 4, "burn_in": 200, "nuts_warmup": 500,
+                   {"likelihoods": ",".join(LIKELIHOODS), "samples": 1000, "chains": 4, "burn_in": 200, "nuts_warmup": 500,
                     "nuts_samples": 500, "rwm_thin": 20, "n_binary": 300})
     keys, methods = H.csv(args.likelihoods), H.csv(args.methods)
     if set(keys) - set(LIKELIHOODS) or set(methods) - set(METHODS):

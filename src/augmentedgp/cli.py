@@ -23,7 +23,7 @@ from rich.table import Table
 
 from augmentedgp import inference, kernels, likelihoods
 from augmentedgp.contrib import bayesian
-from augmentedgp.core import params
+from augmentedgp.core import params, tables
 from augmentedgp.core.version import __version__
 from augmentedgp.models import GP, MCGP, SVGP, inducing
 from augmentedgp.training import fit as fit_model
@@ -178,77 +178,6 @@ def _run(fn):
         _fail(str(err), 2)
 
 
-def read_table(path: Path):
-    """A CSV or Parquet file as a pandas DataFrame (clear errors for missing, empty or
-    unsupported files)."""
-    import pandas as pd
-
-    if not path.is_file():
-        raise InputError(f"{path} does not exist or is not a file")
-    suffix = path.suffix.lower()
-    try:
-        if suffix in (".csv", ".txt"):
-            frame = pd.read_csv(path)
-        elif suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(path)
-        else:
-            raise InputError(f"{path}: unsupported file type {suffix!r}; use .csv or .parquet")
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path} is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as err:
-        if isinstance(err, InputError):
-            raise
-        raise InputError(f"cannot read {path}: {err}") from None
-    if frame.shape[0] == 0:
-        raise InputError(f"{path} has a header but no data rows")
-    return frame
-
-
-def _check_values(frame, columns, path, numeric=True):
-    """Every value of ``columns`` present and (if ``numeric``) numeric; rows are reported
-    1-based, counting data rows (the header is not a row)."""
-    import pandas as pd
-
-    for col in columns:
-        values = frame[col]
-        if numeric and not pd.api.types.is_numeric_dtype(values):
-            bad = pd.to_numeric(values, errors="coerce").isna() & values.notna()
-            row = int(np.argmax(bad.to_numpy()))
-            raise InputError(f"{path}: column {col!r} is not numeric (row {row + 1} holds "
-                             f"{values.iloc[row]!r}); encode categorical columns as numbers")
-        missing = values.isna().to_numpy()
-        if numeric and pd.api.types.is_float_dtype(values):
-            missing = missing | ~np.isfinite(values.to_numpy(dtype=float))
-        if missing.any():
-            row = int(np.argmax(missing))
-            raise InputError(f"{path}: column {col!r} has a missing or non-finite value in row "
-                             f"{row + 1} ({int(missing.sum())} such rows in all)")
-
-
-def _features(frame, path, names=None, exclude=()):
-    """The feature matrix: the model's feature columns (``names``), or all columns but
-    ``exclude``."""
-    if names is None:
-        names = [c for c in frame.columns if c not in exclude]
-        if not names:
-            raise InputError(f"{path} has no feature columns besides the target")
-    else:
-        missing = [c for c in names if c not in frame.columns]
-        if missing:
-            raise InputError(f"{path} lacks the model's feature columns {missing[:10]}"
-                             f"{' ...' if len(missing) > 10 else ''}")
-    _check_values(frame, names, path)
-    return frame[list(names)].astype(float)
-
-
-def _target(frame, target, path, numeric):
-    if target not in frame.columns:
-        raise InputError(f"{path} has no target column {target!r}; its columns are "
-                         f"{list(frame.columns)[:20]}")
-    _check_values(frame, [target], path, numeric=numeric)
-    return frame[target].to_numpy()
-
-
 def _load_estimator(model_dir: Path):
     from augmentedgp import persistence
     from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
@@ -393,11 +322,11 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
         if likelihood not in REGRESSION + CLASSIFICATION + COUNTS:
             raise InputError(f"unknown likelihood {likelihood!r}; choose from "
                              f"{', '.join(REGRESSION + CLASSIFICATION + COUNTS)}")
-        frame = read_table(data)
+        frame = tables.read_table(data)
         cls = (GPClassifier if likelihood in CLASSIFICATION else
                GPCountRegressor if likelihood in COUNTS else GPRegressor)
-        y = _target(frame, target, data, numeric=cls is not GPClassifier)
-        X = _features(frame, data, exclude=(target,))
+        y = tables.target(frame, target, data, numeric=cls is not GPClassifier)
+        X = tables.features(frame, data, exclude=(target,))
         est = cls(likelihood=likelihood, kernel=kernel,
                   n_inducing="auto" if inducing is None else inducing, batch_size=batch_size,
                   max_iter=max_iter, random_state=seed, verbose=not quiet)
@@ -432,8 +361,9 @@ def predict(model_dir: Path = typer.Argument(..., help="a directory written by `
         if not 0.0 < level < 1.0:
             raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
         est = _load_estimator(model_dir)
-        frame = read_table(data)
-        X = _features(frame, data, names=list(est.feature_names_in_))
+        frame = tables.read_table(data)
+        X = tables.features(frame, data, names=list(est.feature_names_in_),
+                            role="model's feature")
         _write_table(_predictions(est, X, level), out)
         if out is not None:
             console.print(f"{len(X)} predictions written to {out}")
@@ -493,15 +423,16 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
         if not 0.0 < level < 1.0:
             raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
         est = _load_estimator(model_dir)
-        frame = read_table(data)
+        frame = tables.read_table(data)
         name = target or getattr(est, "target_name_", None)
         if name is None:
             raise InputError("give --target: the model directory does not record it")
         classifier = isinstance(est, GPClassifier)
-        y = _target(frame, name, data, numeric=not classifier)
+        y = tables.target(frame, name, data, numeric=not classifier)
         if classifier and est.classes_.dtype.kind in "iuf":
             y = y.astype(est.classes_.dtype)
-        X = _features(frame, data, names=list(est.feature_names_in_))
+        X = tables.features(frame, data, names=list(est.feature_names_in_),
+                            role="model's feature")
         _print_metrics(f"{type(est).__name__} on {data.name} ({len(y)} rows)",
                        evaluation_metrics(est, X, y, level))
         if not no_plot and _plot_available():

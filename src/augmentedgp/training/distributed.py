@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from augmentedgp.core import tables
 from augmentedgp.core.loop import minibatch, optax_optimizer, run_steps
 from augmentedgp.core.validation import check_X
 from augmentedgp.inference.vi import VariationalInference
@@ -204,21 +205,6 @@ def _pair(X, y):
     return X, y
 
 
-def _frame_xy(frame, target, features):
-    """(X, y) from a pandas DataFrame: ``features`` (default: every column but the target)."""
-    if target not in frame.columns:
-        raise ValueError(f"the target column {target!r} is not among the columns "
-                         f"{list(frame.columns)}")
-    cols = [c for c in frame.columns if c != target] if features is None else list(features)
-    missing = [c for c in cols if c not in frame.columns]
-    if missing:
-        raise ValueError(f"feature columns {missing} are missing")
-    bad = [c for c in cols if not np.issubdtype(frame[c].dtype, np.number)]
-    if bad:
-        raise ValueError(f"feature columns {bad} are not numeric")
-    return frame[cols].to_numpy(dtype=float, copy=True), frame[target].to_numpy(copy=True)
-
-
 def _read_file(path, target, features):
     """Run on a worker: one file of a directory source as (X, y)."""
     fmt = _FORMATS[Path(path).suffix.lower()]
@@ -228,15 +214,9 @@ def _read_file(path, target, features):
                 raise ValueError(f"{path}: an npz partition needs arrays 'X' and 'y', has "
                                  f"{sorted(f.files)}")
             return f["X"], f["y"]
-    import pandas as pd
-
     if target is None:
         raise ValueError(f"{path}: give target= (the name of the target column)")
-    frame = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
-    try:
-        return _frame_xy(frame, target, features)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+    return tables.frame_xy(tables.read_table(path), target, features, path)
 
 
 def _files(path):
@@ -274,7 +254,8 @@ def _partitions(data, likelihood, d, target, features, n_partitions, persist, cl
     elif isinstance(data, dd.DataFrame):
         if target is None:
             raise ValueError("a dataframe needs target= (the name of the target column)")
-        raws = [dask.delayed(_frame_xy)(p, target, features) for p in data.to_delayed()]
+        raws = [dask.delayed(tables.frame_xy)(p, target, features, f"partition {i}")
+                for i, p in enumerate(data.to_delayed())]
         names = [f"{i}" for i in range(len(raws))]
     elif isinstance(data, list | tuple) and data and all(isinstance(p, Delayed) for p in data):
         raws, names = list(data), [f"{i}" for i in range(len(data))]
