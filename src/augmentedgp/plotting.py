@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from augmentedgp.core import diagnostics
-from augmentedgp.core.validation import check_finite
+from augmentedgp.core.validation import check_finite, check_int
 
 __all__ = ["posterior_1d", "proba_2d", "history", "calibration_curve", "calibration",
            "interval_coverage", "interval_calibration", "trace", "autocorrelation"]
@@ -165,9 +165,7 @@ def proba_2d(model, X, y=None, *, ax=None, resolution=100, padding=0.1):
     With ``y`` the points are drawn coloured by class."""
     plt = _pyplot()
     X = _inputs(X, 2)
-    if isinstance(resolution, bool) or not isinstance(resolution, int | np.integer) \
-            or resolution < 2:
-        raise ValueError(f"resolution must be an integer >= 2, got {resolution!r}")
+    resolution = check_int(resolution, "resolution", 2)
     g0, g1 = _grid(X[:, 0], padding, resolution), _grid(X[:, 1], padding, resolution)
     xx, yy = np.meshgrid(g0, g1)
     p = np.asarray(model.predict_proba(np.column_stack([xx.ravel(), yy.ravel()])))
@@ -282,8 +280,7 @@ def calibration_curve(y_true, proba, n_bins=10, *, classes=None):
     non-empty bin, ``confidence`` (mean predicted value), ``accuracy`` and ``count``, and
     ``ece`` = sum_b count_b / n |accuracy_b - confidence_b|.
     """
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    n_bins = check_int(n_bins, "n_bins")
     p = _finite(proba, "proba")
     if p.ndim not in (1, 2) or p.shape[0] == 0 or (p.ndim == 2 and p.shape[1] < 2):
         raise ValueError(f"proba must have shape (n,) (binary) or (n, C) with C >= 2, got "
@@ -454,8 +451,7 @@ def autocorrelation(chain, *, index=0, latent=0, max_lag=50, ax=None):
     (``diagnostics.autocorrelation``), as stems up to ``max_lag`` (at most n_samples - 1),
     with the bulk ESS of all chains in the title."""
     draws = _draws(chain, index, latent)
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
-        raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
+    max_lag = check_int(max_lag, "max_lag", 0)
     if draws.shape[1] < 4:
         raise ValueError(f"autocorrelation needs at least 4 samples per chain, got "
                          f"{draws.shape[1]}")

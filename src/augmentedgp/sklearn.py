@@ -34,6 +34,7 @@ from augmentedgp import likelihoods as _multi
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core.params import fixed, positive
 from augmentedgp.core.quadrature import hermite_nodes
+from augmentedgp.core.validation import check_int
 from augmentedgp.datasets import Standardizer
 from augmentedgp.inference.vi import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
 from augmentedgp.models import inducing as _inducing
@@ -53,12 +54,7 @@ def _choice(value, options, name):
 
 
 def _positive_int(value, name, allow_none=True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, "
-                         f"got {value!r}")
-    return int(value)
+    return check_int(value, name, allow_none=allow_none)
 
 
 class _GPEstimator(BaseEstimator):

@@ -31,6 +31,7 @@ from jaxtyping import Array, ArrayLike, Float, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import minimize
 from augmentedgp.core.params import Parameter
+from augmentedgp.core.validation import check_int
 from augmentedgp.likelihoods.binary import BayesianSVM, Logistic, Probit
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
@@ -89,12 +90,10 @@ def pac_bayes_bound(emp: float, kl: float, n: int, delta: float = 0.05, form: st
         raise ValueError(f"emp must be an error rate in [0, 1], got {emp}")
     if not (kl >= 0.0 and math.isfinite(kl)):
         raise ValueError(f"kl must be finite and >= 0, got {kl}")
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+    check_int(n, "n")
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    if int(n_hypotheses) != n_hypotheses or n_hypotheses < 1:
-        raise ValueError(f"n_hypotheses must be a positive integer, got {n_hypotheses!r}")
+    check_int(n_hypotheses, "n_hypotheses")
     eps = (kl + math.log((n + 1) / delta) + math.log(n_hypotheses)) / n
     if form == "kl":
         return float(kl_inverse(emp, eps))

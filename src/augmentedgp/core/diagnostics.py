@@ -25,6 +25,8 @@ import numpy as np
 from scipy import special, stats
 from scipy.fft import next_fast_len
 
+from augmentedgp.core.validation import check_int
+
 __all__ = ["autocorrelation", "split_rhat", "ess_bulk", "ess_tail", "summary"]
 
 # elements per block of event dimensions; bounds the FFT workspace for wide event shapes
@@ -202,9 +204,8 @@ def autocorrelation(draws, max_lag: int | None = None) -> np.ndarray:
     n = x.shape[1]
     if max_lag is None:
         max_lag = n - 1
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer):
-        raise ValueError(f"max_lag must be an integer, got {max_lag!r}")
-    if not 0 <= max_lag < n:
+    max_lag = check_int(max_lag, "max_lag", 0)
+    if not max_lag < n:
         raise ValueError(f"max_lag must be in [0, n_draws - 1] = [0, {n - 1}], got {max_lag}")
     out = _blockwise(lambda b: _acf(b, int(max_lag)), x)
     return out.reshape((int(max_lag) + 1, *event_shape))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import numpy.typing as npt
 from jaxtyping import Float, Shaped
@@ -86,3 +88,18 @@ def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
         f"{name} must hold binary labels in {{0, 1}} or {{-1, +1}}, got values "
         f"{sorted(values)[:6]}"
     )
+
+
+def check_int(value: object, name: str, low: int = 1, allow_none: bool = False) -> int | None:
+    """``value`` as an int >= ``low`` (an integral float such as 3.0 is accepted; booleans,
+    strings and fractions are not), or None if ``allow_none``; a ValueError naming the
+    argument otherwise."""
+    if value is None and allow_none:
+        return None
+    ok = (not isinstance(value, bool | np.bool_) and isinstance(value, numbers.Real)
+          and float(value).is_integer() and value >= low)
+    if not ok:
+        bound = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ValueError(f"{name} must be {bound}{' or None' if allow_none else ''}, "
+                         f"got {value!r}")
+    return int(value)

@@ -55,12 +55,10 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimizer, run_steps
 from augmentedgp.core.params import log_prior, partition_trainable
+from augmentedgp.core.validation import check_int
 
 _LOG2PI = math.log(2 * math.pi)
 _LOG2PIE = _LOG2PI + 1.0
-
-# --- targets --------------------------------------------------------------------------
-
 
 # --- targets --------------------------------------------------------------------------
 
@@ -272,17 +270,12 @@ class _Method(eqx.Module):
         if getattr(self, "optimizer", "gd") not in _OPTIMIZERS and not isinstance(self, ADVI):
             raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("batch_size",):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {v!r}")
+            check_int(getattr(self, name), name, allow_none=True)
         if not (math.isfinite(self.init_scale) and self.init_scale > 0):
             raise ValueError(f"init_scale must be > 0, got {self.init_scale!r}")
 
     def _n(self, value, D, name, low):
-        n = D + 1 if value is None else value
-        if isinstance(n, bool) or int(n) != n or n < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        return int(n)
+        return check_int(D + 1 if value is None else value, name, low)
 
 
 class _ParticleState(NamedTuple):
@@ -688,8 +681,7 @@ def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rat
     if not isinstance(method, METHODS):
         raise TypeError("method must be ParticleFlow, GaussianFlow, ADVI or SVGD, got "
                         f"{method!r}")
-    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    max_iter = check_int(max_iter, "max_iter")
     data = tuple(jnp.asarray(a) for a in target.data)
     if method.batch_size is not None and method.batch_size > target.num_data:
         raise ValueError(f"batch_size {method.batch_size} exceeds the {target.num_data} "

@@ -40,7 +40,6 @@ Chains run in parallel: ``vmap`` on accelerators, a compiled ``lax.map`` on CPU 
 from __future__ import annotations
 
 import math
-import numbers
 
 import equinox as eqx
 import jax
@@ -53,6 +52,7 @@ from augmentedgp.core import linalg
 from augmentedgp.core.linalg import site_alpha
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
+from augmentedgp.core.validation import check_int
 from augmentedgp.models.mcgp import MCGP, FullPrior, MCPosterior, SparsePrior
 from augmentedgp.variational.families import map_latents
 
@@ -79,10 +79,8 @@ class GibbsSampling(eqx.Module):
     def __post_init__(self):
         for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
                           ("hyper_every", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or int(v) != v or v < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-            object.__setattr__(self, name, int(v))  # static: a plain int (6.0, np.int64(6))
+            # static: a plain int (6.0, np.int64(6))
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low))
         if not (math.isfinite(self.hyper_step) and self.hyper_step > 0):
             raise ValueError(f"hyper_step must be > 0, got {self.hyper_step!r}")
 

@@ -10,6 +10,7 @@ import equinox as eqx
 from jaxtyping import Array, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.core.validation import check_int
 from augmentedgp.likelihoods import augmentable
 from augmentedgp.likelihoods.base import Likelihood
 from augmentedgp.models.sparse import SVGP, VGP
@@ -36,9 +37,7 @@ class VariationalInference(eqx.Module):
             raise ValueError(f"VGP is full batch: use {full}, or SVGP for minibatches")
 
     def _set_batch_size(self, batch_size):
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.batch_size = int(batch_size)
+        self.batch_size = check_int(batch_size, "batch_size")
 
 
 class QuadratureVI(VariationalInference):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, positive
+from augmentedgp.core.validation import check_int
 
 
 class Kernel(eqx.Module):
@@ -262,9 +263,7 @@ class Polynomial(Kernel):
 
     def __init__(self, degree: int = 2, variance: float | Parameter = 1.0,
                  offset: float | Parameter = 1.0):
-        if int(degree) != degree or degree < 1:
-            raise ValueError(f"degree must be an integer >= 1, got {degree!r}")
-        self.degree = int(degree)
+        self.degree = check_int(degree, "degree")
         self.variance = positive(variance, "variance")
         self.offset = positive(offset, "offset")
 

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray
 
-from augmentedgp.core.validation import check_X
+from augmentedgp.core.validation import check_int, check_X
 from augmentedgp.kernels.covariance import Kernel
 
 __all__ = ["random_subset", "kmeans", "greedy_variance", "oips"]
@@ -36,8 +36,7 @@ def _distinct_rows(X: np.ndarray) -> np.ndarray:
 
 def _check_M(M, X: np.ndarray) -> np.ndarray:
     """Validate M against X; returns the indices of X's distinct rows."""
-    if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
-        raise ValueError(f"M must be an integer >= 1, got {M!r}")
+    check_int(M, "M")
     distinct = _distinct_rows(X)
     if M > len(distinct):
         raise ValueError(
@@ -75,9 +74,7 @@ def kmeans(X: Float[ArrayLike, "n d"], M: int, key: PRNGKeyArray, n_iter: int = 
     _check_M(M, X)
     for name, v, lo in (("n_iter", n_iter, 0), ("n_init", n_init, 1),
                         ("n_local_trials", n_local_trials, 1)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
-                              or v < lo):
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        check_int(v, name, lo, allow_none=True)
     M = int(M)
     trials = 2 + int(np.log(M)) if n_local_trials is None else int(n_local_trials)
     u = np.asarray(jax.random.uniform(key, (int(n_init), M, trials), dtype=float))
@@ -216,11 +213,7 @@ def oips(X: Float[ArrayLike, "n d"], kernel: Kernel, rho: float,
     rho = float(rho)
     if not 0.0 < rho < 1.0:
         raise ValueError(f"rho must lie strictly between 0 and 1, got {rho!r}")
-    if max_points is not None and (
-        isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
-        or max_points < 1
-    ):
-        raise ValueError(f"max_points must be an integer >= 1 or None, got {max_points!r}")
+    check_int(max_points, "max_points", allow_none=True)
     cap = np.inf if max_points is None else int(max_points)
     d = X.shape[1]
     zs = [] if Z is None else list(check_X(Z, "Z", d=d))

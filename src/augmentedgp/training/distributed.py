@@ -47,13 +47,14 @@ from jax import lax
 
 from augmentedgp.core import tables
 from augmentedgp.core.loop import minibatch, optax_optimizer, run_steps
-from augmentedgp.core.validation import check_X
-from augmentedgp.inference.vi import VariationalInference
+from augmentedgp.core.validation import check_int, check_X
+from augmentedgp.inference.vi import AnalyticVI, VariationalInference
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 from augmentedgp.training.step import (
     Statistics,
     VISetup,
     VIState,
+    check_settings,
     init_state,
     model_at,
     prior_objective,
@@ -468,11 +469,8 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
     ``chunk_size`` iterations); a fit given a directory holding one resumes from it.
     ``verbose``: progress bars over iterations and partitions.
     """
-    from augmentedgp.inference.vi import AnalyticVI
-
     inference = AnalyticVI() if inference is None else inference
-    _check(model, inference, hyper_every, max_iter)
-    hyper_every = int(hyper_every)
+    max_iter, hyper_every = _check(model, inference, hyper_every, max_iter)
     opt = optax_optimizer(optimizer or "adam", learning_rate)
     key = jax.random.key(0) if key is None else key
     d = model.input_dim()
@@ -528,10 +526,7 @@ def _check(model, inference, hyper_every, max_iter):
     if isinstance(model.q, SiteQ):
         raise ValueError("q='site' takes a Fisher step that is not a sum over points; use "
                          "another q parameterisation")
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    if int(hyper_every) != hyper_every or hyper_every < 1:
-        raise ValueError(f"hyper_every must be a positive integer, got {hyper_every!r}")
+    return check_settings(inference, max_iter, hyper_every)
 
 
 def _mesh(devices):
@@ -562,9 +557,8 @@ def _client(client, n_workers, stack):
     if client is not None:
         raise ValueError(f"client must be a dask.distributed Client, a scheduler address or "
                          f"None, got {client!r}")
-    if int(n_workers) != n_workers or n_workers < 1:
-        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
-    cluster = stack.enter_context(LocalCluster(n_workers=int(n_workers), threads_per_worker=1,
+    n_workers = check_int(n_workers, "n_workers")
+    cluster = stack.enter_context(LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                                processes=True, dashboard_address=":0"))
     return stack.enter_context(Client(cluster))
 

@@ -24,7 +24,7 @@ from augmentedgp.inference.flow_gp import fit_vgp
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
-from augmentedgp.training.step import VISetup, init_state, model_at, vi_step
+from augmentedgp.training.step import VISetup, check_settings, init_state, model_at, vi_step
 from augmentedgp.variational.families import QPosterior
 
 
@@ -153,13 +153,7 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
         raise ValueError("SVGP / VGP need QuadratureVI, QuadratureSVI, AnalyticVI or "
                          f"AnalyticSVI, got {inference!r}")
     inference.check(model)
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    if int(hyper_every) != hyper_every or hyper_every < 1:
-        raise ValueError(f"hyper_every must be a positive integer, got {hyper_every!r}")
-    if hyper_every > 1 and not inference.natural:
-        raise ValueError("hyper_every > 1 needs natural-gradient steps on q(u) (natural=True)")
-    hyper_every = int(hyper_every)
+    max_iter, hyper_every = check_settings(inference, max_iter, hyper_every)
     Xa, ya = model.validate_data(X, y)
     if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
         full = type(inference).__name__.replace("SVI", "VI")

@@ -30,6 +30,7 @@ from jax import lax
 
 from augmentedgp.core.loop import Minibatches, minibatch
 from augmentedgp.core.params import log_prior, partition_trainable
+from augmentedgp.core.validation import check_int
 from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
 
 
@@ -60,6 +61,15 @@ class Statistics(NamedTuple):
     grad: Any  # its gradient in the hyperparameters (zeros when not asked for)
     s1: jax.Array  # sum_i w_i beta_i a_i                        (M,) or (C, M)
     S2: jax.Array  # sum_i w_i gamma_i a_i a_i^T                 (M, M) or (C, M, M)
+
+
+def check_settings(inference, max_iter, hyper_every) -> tuple[int, int]:
+    """(max_iter, hyper_every) as ints, checked against each other and the inference."""
+    max_iter = check_int(max_iter, "max_iter")
+    hyper_every = check_int(hyper_every, "hyper_every")
+    if hyper_every > 1 and not inference.natural:
+        raise ValueError("hyper_every > 1 needs natural-gradient steps on q(u) (natural=True)")
+    return max_iter, hyper_every
 
 
 def with_q(hyper, q):
@@ -190,5 +200,5 @@ def vi_step(state: VIState, args):
     return update(state, stats, batches, scale, do_hyper, setup, factors)
 
 
-__all__ = ["VIState", "VISetup", "Statistics", "init_state", "statistics",
+__all__ = ["check_settings", "VIState", "VISetup", "Statistics", "init_state", "statistics",
            "prior_objective", "update", "joint_step", "vi_step", "with_q", "model_at"]

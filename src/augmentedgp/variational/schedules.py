@@ -10,6 +10,8 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
+from augmentedgp.core.validation import check_int
+
 
 class Schedule(eqx.Module):
     """Base class of step-size schedules: ``schedule(t)`` is the step size at iteration t."""
@@ -89,9 +91,7 @@ class Adaptive(Schedule):
     init_steps: int = 10
 
     def __init__(self, init_steps: int = 10):
-        if int(init_steps) != init_steps or init_steps < 1:
-            raise ValueError(f"init_steps must be a positive integer, got {init_steps!r}")
-        self.init_steps = int(init_steps)
+        self.init_steps = check_int(init_steps, "init_steps")
 
     def __call__(self, t):
         raise TypeError("Adaptive depends on the gradients: use rate(state, t, direction)")
