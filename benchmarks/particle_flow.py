@@ -674,7 +674,7 @@ def main():
     p.add_argument("--parts", default=",".join(PARTS), help="subset of " + ",".join(PARTS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dims", default=None, help="Gaussian targets' D (default 5,20,50)")
-    p.add_argument("--kappas", default="10,100")
+    p.add_argument("--kappas", default=None, help="default 10,100")
     p.add_argument("--gauss-methods", default=",".join(GAUSS_METHODS))
     p.add_argument("--gauss-iters", type=int, default=None, help="iterations for D < 50")
     p.add_argument("--gauss-iters-50", type=int, default=None, help="iterations for D >= 50")
@@ -706,11 +706,11 @@ def main():
     p.add_argument("--gp-lr", type=float, default=0.02)
     p.add_argument("--gp-lr-gf", type=float, default=0.005)
     p.add_argument("--gp-vi-iters", type=int, default=500)
-    args = H.parse(p, {"dims": "5,20", "gauss_iters": 1000, "gauss_iters_50": 1000,
+    args = H.parse(p, {"dims": "5,20", "kappas": "10", "gauss_iters": 1000, "gauss_iters_50": 1000,
                        "thm2_iters": 2000, "particles": "2,10,51", "lowrank_iters": 3000,
                        "blr_train": 1000, "blr_test": 1000, "blr_iters": 1000,
                        "numpyro_lrs": "0.01", "gp_train": 100, "gp_iters": 600},
-                   {"dims": "5,20,50", "gauss_iters": 3000, "gauss_iters_50": 2000,
+                   {"dims": "5,20,50", "kappas": "10,100", "gauss_iters": 3000, "gauss_iters_50": 2000,
                     "thm2_iters": 6000, "particles": "2,5,10,20,51", "lowrank_iters": 6000,
                     "blr_train": 5000, "blr_test": 5000, "blr_iters": 2000,
                     "numpyro_lrs": "0.01,0.001", "gp_train": 200, "gp_iters": 2000})

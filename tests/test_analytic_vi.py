@@ -25,12 +25,12 @@ from conftest import FULL, elliptical_slice, load_shared
 from jax import lax
 
 import augmentedgp as agp
-from augmentedgp.variational import natgrad
+from augmentedgp.core.params import fixed, positive, real
 from augmentedgp.inference import AnalyticVI
 from augmentedgp.likelihoods import augmentable
+from augmentedgp.variational import natgrad
 
 AUGMENTED = [c.__name__ for c in augmentable()]  # decided by type: Likelihood and Augmented
-from augmentedgp.core.params import fixed, positive, real
 
 LIK = agp.likelihoods
 LS, KVAR = 0.8, 1.3  # kernel hyperparameters of every synthetic problem

@@ -22,8 +22,8 @@ from scipy.special import erf, expit, log_ndtr, ndtr
 
 import augmentedgp as agp
 from augmentedgp.core import linalg
-from augmentedgp.core.params import partition_trainable
 from augmentedgp.core.linalg import site_factors
+from augmentedgp.core.params import partition_trainable
 
 FULL = os.environ.get("AGP_FULL_SLOW", "0") == "1"
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"

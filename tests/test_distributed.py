@@ -29,8 +29,8 @@ from conftest import FULL
 from distributed import Client, LocalCluster
 
 import augmentedgp as agp
-from augmentedgp.training import distributed as dist
 from augmentedgp.core.params import fixed, partition_trainable, real
+from augmentedgp.training import distributed as dist
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

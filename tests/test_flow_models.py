@@ -379,9 +379,10 @@ def test_particle_flow_multiclass_blocks_and_predictions():
                    key=jax.random.key(0))
     m0 = softmax_model().bind(XM)
     target = agp.inference.flow_gp.GPTarget(data=(jnp.arange(n), post.y), X=post.X,
-                               model=eqx.tree_at(lambda m: m.q, m0, None))
-    qa = agp.inference.flow.fit_gaussian_target(target, jnp.zeros(n * C), advi, key=jax.random.key(0),
-                                      max_iter=50, chunk_size=50, learning_rate=0.01)[0]
+                                            model=eqx.tree_at(lambda m: m.q, m0, None))
+    qa = agp.inference.flow.fit_gaussian_target(target, jnp.zeros(n * C), advi,
+                                                key=jax.random.key(0), max_iter=50,
+                                                chunk_size=50, learning_rate=0.01)[0]
     W = np.asarray(post.model.q.factor.value)
     assert W.shape == (C, n, n * C)
     for c in range(C):  # each latent's marginal covariance is that of the joint fit

@@ -28,9 +28,9 @@ from jax import lax
 from scipy import optimize, special, stats
 
 import augmentedgp as agp
-from augmentedgp.variational import natgrad
-from augmentedgp.inference import AnalyticVI
 from augmentedgp.core.params import fixed, positive, real
+from augmentedgp.inference import AnalyticVI
+from augmentedgp.variational import natgrad
 
 LIK = agp.likelihoods
 

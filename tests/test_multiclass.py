@@ -35,10 +35,9 @@ from scipy import integrate
 from scipy.special import digamma, expit, gammaln
 
 import augmentedgp as agp
-from augmentedgp.variational import natgrad
-from augmentedgp.inference import AnalyticVI
 from augmentedgp.core.params import fixed, positive, real
-from augmentedgp.variational import CholeskyQ, NaturalQ
+from augmentedgp.inference import AnalyticVI
+from augmentedgp.variational import CholeskyQ, NaturalQ, natgrad
 
 LIK = agp.likelihoods
 C = 3  # classes of the synthetic problems

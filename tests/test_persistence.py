@@ -27,10 +27,10 @@ from jax.flatten_util import ravel_pytree
 
 import augmentedgp as agp
 from augmentedgp import persistence
+from augmentedgp.core.loop import History
 from augmentedgp.core.params import LogNormal, fixed, positive
 from augmentedgp.persistence import ModelFileError
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
-from augmentedgp.core.loop import History
 from augmentedgp.training import perturb
 
 K = agp.kernels
@@ -365,7 +365,7 @@ def test_manifest_content(fitted, tmp_path):
     assert manifest["format"] == "augmentedgp-model"
     assert manifest["format_version"] == persistence.FORMAT_VERSION == 1
     assert manifest["library_version"] == agp.__version__
-    assert manifest["model_class"] == "augmentedgp.posterior.SitePosterior"
+    assert manifest["model_class"] == "augmentedgp.models.sites.SitePosterior"
     assert manifest["model"] == "GP"
     assert manifest["likelihood"] == "Gaussian"
     assert isinstance(manifest["settings"], dict)
@@ -408,7 +408,7 @@ def test_no_pickle_anywhere(name, fitted, tmp_path):
 def test_settings_of_an_unfitted_model(tmp_path):
     persistence.save(agp.SVGP(K.RBF(1.0), L.Logistic(), Z, q="site"), tmp_path / "m")
     manifest = persistence.read_manifest(tmp_path / "m")
-    assert manifest["model_class"] == "augmentedgp.sparse.SVGP"
+    assert manifest["model_class"] == "augmentedgp.models.sparse.SVGP"
     assert manifest["likelihood"] == "Logistic"
     assert all(v is None or isinstance(v, (bool, int, float, str))
                for v in manifest["settings"].values())
@@ -652,7 +652,7 @@ def test_class_the_library_does_not_have(model_dir):
     _set_class(model_dir, "augmentedgp.nomodule:GP")
     with pytest.raises(ModelFileError, match="does not have"):
         persistence.load(model_dir)
-    _set_class(model_dir, "augmentedgp.fit:fit")
+    _set_class(model_dir, "augmentedgp.training.fit:fit")
     with pytest.raises(ModelFileError, match="not a class"):
         persistence.load(model_dir)
 

@@ -44,7 +44,6 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import augmentedgp as agp
 import augmentedgp.sklearn as agp_sklearn
 from augmentedgp import likelihoods as lik
-from augmentedgp import likelihoods
 from augmentedgp.inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 from augmentedgp.variational import CholeskyQ, NaturalQ
@@ -506,7 +505,7 @@ def test_classifier_multiclass(clf3):
     est = clf3.est
     np.testing.assert_array_equal(est.classes_, ["setosa", "versicolor", "virginica"])
     post = est.posterior_
-    assert isinstance(post.likelihood, multilatent.LogisticSoftmax) and not est.sparse_
+    assert isinstance(post.likelihood, lik.LogisticSoftmax) and not est.sparse_
     assert post.likelihood.num_latent == 3 and isinstance(post.model.q, NaturalQ)
     p = est.predict_proba(clf3.X)
     assert p.shape == (20, 3) and np.all((p > 0) & (p < 1))

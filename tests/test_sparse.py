@@ -18,10 +18,9 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.stats import multivariate_normal
 
 import augmentedgp as agp
-from augmentedgp.variational import natgrad
 from augmentedgp.core.params import fixed, positive, real
 from augmentedgp.core.quadrature import gauss_hermite
-from augmentedgp.variational import CholeskyQ, NaturalQ, SiteQ, make_q
+from augmentedgp.variational import CholeskyQ, NaturalQ, SiteQ, make_q, natgrad
 
 S2 = 0.09
 FULL_KINDS = ["whitened", "cholesky", "natural", "natural_whitened"]

@@ -119,9 +119,10 @@ def posterior_1d(model, X, y=None, *, ax=None, X_plot=None, level=0.95, inducing
     if hasattr(model, "predict_interval"):  # scikit-learn regressor (original units)
         mean = np.asarray(model.predict(grid))
         lower, upper = (np.asarray(b) for b in model.predict_interval(grid, level))
-        post, to_x = model.posterior_, model._scaler.inverse
-        shift, scale = model._y_scale()
-        f_mean, f_var = (np.asarray(a) for a in post.predict_f(model._scaler.transform(grid)))
+        post, to_x = model.posterior_, model.input_scaler_.inverse
+        shift, scale = model.target_scale_
+        f_mean, f_var = (np.asarray(a)
+                         for a in post.predict_f(model.input_scaler_.transform(grid)))
         f_mean, f_sd = f_mean * scale + shift, np.sqrt(np.maximum(f_var, 0)) * scale
     elif hasattr(model, "predict_f"):
         post, to_x = model, lambda Z: Z

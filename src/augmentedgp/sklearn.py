@@ -129,6 +129,11 @@ class _GPEstimator(BaseEstimator):
         return _choice(getattr(self, "inference", "auto"), ("auto", "analytic", "quadrature"),
                        "inference").replace("auto", "analytic")
 
+    @property
+    def input_scaler_(self) -> Standardizer:
+        """The standardisation of X learnt in ``fit``: the posterior works on its scale."""
+        return self._scaler
+
     def _latent(self, X, what="f"):
         """Mean and variance of the latent function(s) at X ("f"), or of y ("y"), or the
         class probabilities ("proba")."""
@@ -153,13 +158,15 @@ class _Regressor(RegressorMixin, _GPEstimator):
         """The observation noise as a frozen scipy distribution of y - f, or None (counts)."""
         return None
 
-    def _y_scale(self):
+    @property
+    def target_scale_(self) -> tuple[float, float]:
+        """(shift, scale) with y = shift + scale * (the target the model was fitted on)."""
         return getattr(self, "_y_shift", 0.0), getattr(self, "_y_scale_", 1.0)
 
     def predict(self, X, return_std: bool = False):
         """Predictive mean of y at X; with ``return_std`` also its standard deviation."""
         ey, vy = self._latent(X, "y")
-        shift, scale = self._y_scale()
+        shift, scale = self.target_scale_
         ey = np.asarray(ey) * scale + shift
         if return_std:
             return ey, np.sqrt(np.maximum(np.asarray(vy), 0.0)) * scale
@@ -173,7 +180,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
         if y.shape != mean.shape[:1]:
             raise ValueError(f"y must hold one target per row of X ({mean.shape[0]}), "
                              f"got shape {y.shape}")
-        shift, scale = self._y_scale()
+        shift, scale = self.target_scale_
         lik = self.posterior_.likelihood
         yy = lik.check_targets((y - shift) / scale)
         return np.asarray(lik.predictive_log_prob(yy, mean, var)) - np.log(scale)
@@ -189,7 +196,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
             raise ValueError(f"quantiles must lie strictly inside (0, 1), got {quantiles!r}")
         mean, var = self._latent(X)
         out = np.stack([self._quantile(mean, np.maximum(var, 0.0), level) for level in q], 1)
-        shift, scale = self._y_scale()
+        shift, scale = self.target_scale_
         return out * scale + shift
 
     def predict_interval(self, X, level: float = 0.95):

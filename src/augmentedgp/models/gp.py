@@ -53,7 +53,7 @@ class GP(eqx.Module):
     def default_inference(self):
         return Exact() if isinstance(self.likelihood, Gaussian) else Laplace()
 
-    def _inference(self, inference):
+    def resolve_inference(self, inference=None):
         """The given inference method (or the default), checked against this model."""
         inference = inference or self.default_inference()
         inference.check(self)
@@ -70,7 +70,7 @@ class GP(eqx.Module):
     def log_marginal_likelihood(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                                 inference: Exact | Laplace | EP | None = None) -> float:
         """log p(y | X) at the current hyperparameters (approximate for Laplace/EP)."""
-        inference = self._inference(inference)
+        inference = self.resolve_inference(inference)
         X, y = self.validate_data(X, y)
         value = _lml(self, X, y, inference)
         if not jnp.isfinite(value):
@@ -81,7 +81,7 @@ class GP(eqx.Module):
                   inference: Exact | Laplace | EP | None = None,
                   history: History | None = None) -> SitePosterior:
         """Condition on data at the current hyperparameters (no optimisation)."""
-        inference = self._inference(inference)
+        inference = self.resolve_inference(inference)
         X, y = self.validate_data(X, y)
         post = _posterior(self, X, y, inference)
         linalg.check_cholesky(post.L, "posterior system matrix I + S K S")

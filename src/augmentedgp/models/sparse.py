@@ -363,7 +363,9 @@ class SGPR(eqx.Module):
         d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
         return A, y - self.mean(X), d, residual_var, s2
 
-    def _objective(self, X, y, method=None):
+    def training_objective(self, X, y, method=None):
+        """The objective on validated arrays (traceable): the collapsed bound (vfe) or the
+        DTC / FITC log marginal likelihood."""
         method = method or self.method
         A, r, d, resid, s2 = self._terms(X, y, method)
         value = _lowrank_terms(r, A, d)[0]
@@ -410,12 +412,12 @@ class SGPR(eqx.Module):
 
 @eqx.filter_jit
 def _sgpr_objective(model, X, y):
-    return model._objective(X, y)
+    return model.training_objective(X, y)
 
 
 @eqx.filter_jit
 def _sgpr_elbo(model, X, y):
-    return model._objective(X, y, "vfe")
+    return model.training_objective(X, y, "vfe")
 
 
 @eqx.filter_jit

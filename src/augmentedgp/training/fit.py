@@ -35,7 +35,7 @@ def _objective(model, inference, X, y):
 
 def _sgpr_objective(model, X, y):
     """Negative collapsed bound (or DTC / FITC log likelihood) minus log prior."""
-    return -(model._objective(X, y) + log_prior(model))
+    return -(model.training_objective(X, y) + log_prior(model))
 
 
 def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
@@ -97,7 +97,7 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
 def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, tol, n_restarts,
                   key, callback, verbose):
     if isinstance(model, GP):
-        inference = model._inference(inference)
+        inference = model.resolve_inference(inference)
         objective, extra = _objective, (inference,)
     else:
         if inference is not None:
