@@ -21,7 +21,7 @@ compiles (on each worker); "per iteration" is the median of the later ones.
 subprocess; nothing is pinned to a CPU (the workers need the cores).
 
     python benchmarks/distributed.py            # full run (~30 min), writes RESULTS.md
-    python benchmarks/distributed.py --quick    # n = 1e5, 2e5; 1-2 workers; no write
+    python benchmarks/distributed.py --quick    # n = 2e4, 5e4; 1-2 workers; no write
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ H.start("distributed.py")  # env variables set here are inherited by workers and
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, markdown_table, ratio  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
 from augmentedgp.training import distributed  # noqa: E402
-from harness import fmt, markdown_table, ratio  # noqa: E402
 
 warnings.filterwarnings("ignore", "Port .* is already in use")  # the scheduler's HTTP port
 D, M, PART_ROWS, ITERS, SEED = 4, 100, 200_000, 3, 0
@@ -167,19 +167,20 @@ def streamed(root, ns, workers, budget_s):
     return out
 
 
-def partition_cost(root, repeats=5):
-    """Item 4: one PART_ROWS-row partition's statistics in this process, and their size."""
+def partition_cost(root, rows, repeats):
+    """Item 4: one partition's statistics in this process, and their size."""
     import equinox as eqx
 
     params, static = agp.params.partition_trainable(make_model())
     hyp, q = eqx.tree_at(lambda m: m.q, params, None), params.q
-    with np.load(sorted(data_dir(root, PART_ROWS).glob("*.npz"))[0]) as z:
+    with np.load(sorted(data_dir(root, rows).glob("*.npz"))[0]) as z:
         X, y = distributed._prepare((z["X"], z["y"]), make_model().likelihood, D, "0")
     w, key, out = np.ones(X.shape[0]), jax.random.key(0), {"rows": int(X.shape[0])}
     for grad in (True, False):
         call = lambda g=grad: jax.block_until_ready(distributed._statistics(
             hyp, q, static, agp.AnalyticVI(), X, y, w, key, g))
         out["grad" if grad else "no_grad"] = H.time_call(call, repeats, float("inf"))
+        out["repeats"] = repeats
     msg = distributed._to_numpy(call(True))
     leaves = jax.tree_util.tree_leaves(msg)
     out.update(bytes_pickled=len(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)),
@@ -225,10 +226,11 @@ def sci(n):
 
 def estimate(part, per_task_s, bandwidth=1e9, n=10**9, workers=100):
     """Item 6: the cluster-scale estimate from the measured partition cost."""
-    P, msg, t_p = n // PART_ROWS, part["bytes_pickled"], part["grad"]["median"]
+    rows = part["rows"]
+    P, msg, t_p = n // rows, part["bytes_pickled"], part["grad"]["median"]
     return [
         "### Cluster scale estimate", "",
-        f"*Measured* (item 4, this machine, one core): the statistics of one {sci(PART_ROWS)}-"
+        f"*Measured* (item 4, this machine, one core): the statistics of one {sci(rows)}-"
         f"row partition (value, gradient, s1, S2 with M = {M}) take t_p = {t_p:.2f} s and their "
         f"message is {msg / 1e3:.1f} kB pickled ({part['bytes_arrays']} B of array data: 8 "
         f"(M^2 + M + 1 + {part['n_hyper']}) with {part['n_hyper']} hyperparameter gradient "
@@ -246,7 +248,7 @@ def estimate(part, per_task_s, bandwidth=1e9, n=10**9, workers=100):
         f"- scheduling: P tasks * {per_task_s * 1e3:.0f} ms = {P * per_task_s:.0f} s per "
         "iteration on the scheduler, overlapped with compute;",
         f"- communication dominates only when W > t_p B / msg = {t_p * bandwidth / msg:.0f} "
-        f"workers for {sci(PART_ROWS)}-row partitions (whatever n); scheduling first, at W > "
+        f"workers for {sci(rows)}-row partitions (whatever n); scheduling first, at W > "
         f"t_p / (per-task cost) = {t_p / per_task_s:.0f} workers. Larger partitions move both "
         "thresholds up in proportion."]
 
@@ -271,7 +273,7 @@ def body(res):
                  for k, what in (("grad", "value + gradient + s1 + S2"),
                                  ("no_grad", "value + s1 + S2 (no gradient)"))]
     return [
-        f"### 1. Streamed npz partitions of {sci(PART_ROWS)} rows, LocalCluster of 2 worker "
+        f"### 1. Streamed npz partitions of up to {sci(PART_ROWS)} rows, LocalCluster of 2 worker "
         "processes", "",
         markdown_table(["n", "files", "first (s)", "per iter (s)", "rows / s", "note"], rows), "",
         f"### 2. Workers: n = {sci(res['scaling_n'])} streamed, "
@@ -287,7 +289,8 @@ def body(res):
         markdown_table(["n", "method", "first (s)", "per iter (s)", "/ agp.fit",
                         f"objective after {ITERS} it."], mem_rows), "",
         f"### 4. One partition ({sci(part['rows'])} rows) in one process", "",
-        markdown_table(["statistics", "first call (s, compiles)", "median of 5 (s)", "rows / s"],
+        markdown_table(["statistics", "first call (s, compiles)",
+                        f"median of {part['repeats']} (s)", "rows / s"],
                        part_rows), "",
         f"Message per partition and iteration (the `Statistics` as numpy): "
         f"{part['bytes_pickled']:,} bytes pickled, {part['bytes_arrays']:,} bytes of arrays "
@@ -319,11 +322,12 @@ def main():
     import dask
 
     big = not args.quick
-    ns = [10**5, 10**6, 10**7] if big else [10**5, 2 * 10**5]
-    n2, workers = (10**6, [1, 2, 4]) if big else (2 * 10**5, [1, 2])
-    res = {"dask": dask.__version__, "scaling_n": n2, "devices_n": 10**5, "per_task_s": 1e-3}
+    ns = [10**5, 10**6, 10**7] if big else [2 * 10**4, 5 * 10**4]
+    n2, workers = (10**6, [1, 2, 4]) if big else (5 * 10**4, [1, 2])
+    res = {"dask": dask.__version__, "scaling_n": n2, "devices_n": 10**5 if big else 2 * 10**4,
+           "per_task_s": 1e-3}
     print("4. one partition", flush=True)
-    res["partition"] = partition_cost(root)
+    res["partition"] = partition_cost(root, PART_ROWS if big else 5 * 10**4, 5 if big else 3)
     print("1. streamed, 2 workers", flush=True)
     res["streamed"] = streamed(root, ns, 2, args.budget)
     print("2. workers", flush=True)
@@ -331,7 +335,7 @@ def main():
     res["scaling"] = {w: dask_fit(f"streamed n = {n2}, {w} workers", path, w) for w in workers}
     print("3. in memory", flush=True)
     res["in_memory"] = {}
-    for n in ([10**5, 10**6] if big else [10**5]):
+    for n in ([10**5, 10**6] if big else [2 * 10**4]):
         X, y = load(root, n)
         res["in_memory"][n, "agp.fit"] = run(f"in memory n = {n}, agp.fit", agp.fit,
                                              args=(X, y))

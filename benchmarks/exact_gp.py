@@ -32,9 +32,9 @@ import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, gpflow, gpytorch, markdown_table, ratio, tf, torch  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, gpflow, gpytorch, markdown_table, ratio, tf, torch  # noqa: E402
 
 PEERS = ("sklearn", "gpytorch", "gpflow")
 

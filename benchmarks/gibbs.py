@@ -33,10 +33,10 @@ H.start("gibbs.py", pin="process", peers=("numpyro",), sync_dispatch=True)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, markdown_table, numpyro, ratio, timed  # noqa: E402
 from jax import lax  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, markdown_table, numpyro, ratio, timed  # noqa: E402
 
 LIKELIHOODS, METHODS = ("logistic", "studentt", "laplace", "matern32"), ("RWM", "NUTS", "Gibbs")
 LABEL = {"logistic": "Logistic", "studentt": "Student-t", "laplace": "Laplace",

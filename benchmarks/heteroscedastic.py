@@ -34,9 +34,9 @@ H.start("heteroscedastic.py", pin="process", peers=("gpflow",))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, gpflow, label, ratio, tfp  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, gpflow, label, ratio, tfp  # noqa: E402
 
 REAL = ("power_plant", "protein", "kin40k", "naval", "concrete", "energy", "yacht", "boston")
 AGP = ("AnalyticSVI", "QuadratureSVI", "homoscedastic AnalyticSVI")

@@ -36,10 +36,10 @@ H.start("multiclass.py", pin="jax-client", peers=("gpflow", "gpytorch"))
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, gpflow, gpytorch, label, ratio, torch  # noqa: E402
 from scipy.spatial.distance import pdist  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, gpflow, gpytorch, label, ratio, torch  # noqa: E402
 
 DATASETS, PEERS = ("letter", "shuttle", "digits"), ("gpflow", "gpytorch")
 OURS = ("augmentedgp", "logistic-softmax", "AnalyticSVI")

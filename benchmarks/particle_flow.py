@@ -37,11 +37,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from harness import fmt, markdown_table, numpyro, ratio  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
 from augmentedgp.core.params import Parameter, fixed, real  # noqa: E402
 from augmentedgp.variational import LowRankQ  # noqa: E402
-from harness import fmt, markdown_table, numpyro, ratio  # noqa: E402
 
 PARTS, THRESHOLDS = ("gauss", "lowrank", "blr", "gp"), (1e-1, 1e-2)
 _e, _s = (lambda x: fmt(x, ".1e")), (lambda x: fmt(x, ".2f"))

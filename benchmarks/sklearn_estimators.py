@@ -24,9 +24,9 @@ import harness as H
 H.start("sklearn_estimators.py", pin="process", peers=("sklearn",))
 
 import numpy as np  # noqa: E402
+from harness import fmt, markdown_table, ratio  # noqa: E402
 
 from augmentedgp.sklearn import GPClassifier, GPRegressor  # noqa: E402
-from harness import fmt, markdown_table, ratio  # noqa: E402
 
 
 def sk_regressor(d):

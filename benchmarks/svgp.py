@@ -29,10 +29,10 @@ H.start("svgp.py", peers=("gpflow", "gpytorch"))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, gpflow, gpytorch, ratio  # noqa: E402
 from scipy.special import log_ndtr, ndtr  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, gpflow, gpytorch, ratio  # noqa: E402
 
 LIBRARIES, SCHEMES = ("augmentedgp", "gpflow", "gpytorch"), ("NGD", "Adam")
 DATASETS, REGRESSION = ("kin40k", "protein", "electricity", "a9a"), ("kin40k", "protein")

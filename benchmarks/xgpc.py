@@ -34,9 +34,9 @@ H.start("xgpc.py", peers=("gpflow", "gpytorch"))
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import fmt, gpflow, gpytorch, label, ratio, tf, torch  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
-from harness import fmt, gpflow, gpytorch, label, ratio, tf, torch  # noqa: E402
 
 CLASSIFICATION, REGRESSION = ("a9a", "ijcnn1", "electricity", "bank"), ("kin40k", "protein")
 COUNTS = ("bike", "rwm5yr")

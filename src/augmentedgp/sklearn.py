@@ -57,6 +57,14 @@ def _positive_int(value, name, allow_none=True):
     return check_int(value, name, allow_none=allow_none)
 
 
+def _store_params(estimator, params):
+    """Keep every constructor argument as an attribute of the same name, as scikit-learn
+    requires of ``__init__`` (no validation here: ``fit`` validates)."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
 class _GPEstimator(BaseEstimator):
     """The shared fitting path; subclasses choose the likelihood and the target encoding."""
 
@@ -265,17 +273,7 @@ class GPRegressor(_Regressor):
     def __init__(self, likelihood="gaussian", kernel="rbf", *, ard=True, n_inducing="auto",
                  batch_size=None, df=4.0, inference="auto",
                  normalize_y=True, max_iter=None, random_state=None, verbose=False):
-        self.likelihood = likelihood
-        self.kernel = kernel
-        self.ard = ard
-        self.n_inducing = n_inducing
-        self.batch_size = batch_size
-        self.df = df
-        self.inference = inference
-        self.normalize_y = normalize_y
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.verbose = verbose
+        _store_params(self, locals())
 
     def fit(self, X, y):
         """Fit to inputs X (n, d) and real targets y (n,)."""
@@ -314,16 +312,7 @@ class GPCountRegressor(_Regressor):
     def __init__(self, likelihood="poisson", kernel="rbf", *, ard=True, n_inducing="auto",
                  batch_size=None, r=1.0, inference="auto",
                  max_iter=None, random_state=None, verbose=False):
-        self.likelihood = likelihood
-        self.kernel = kernel
-        self.ard = ard
-        self.n_inducing = n_inducing
-        self.batch_size = batch_size
-        self.r = r
-        self.inference = inference
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.verbose = verbose
+        _store_params(self, locals())
 
     def fit(self, X, y):
         """Fit to inputs X (n, d) and non-negative counts y (n,)."""
@@ -374,15 +363,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     def __init__(self, likelihood="logistic", kernel="rbf", *, ard=True, n_inducing="auto",
                  batch_size=None, inference="auto", max_iter=None,
                  random_state=None, verbose=False):
-        self.likelihood = likelihood
-        self.kernel = kernel
-        self.ard = ard
-        self.n_inducing = n_inducing
-        self.batch_size = batch_size
-        self.inference = inference
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.verbose = verbose
+        _store_params(self, locals())
 
     def _make_likelihood(self, n_classes):
         name = _choice(self.likelihood, ("logistic", "probit", "softmax", "robustmax"),

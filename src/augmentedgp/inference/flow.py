@@ -278,6 +278,18 @@ class _Method(eqx.Module):
         return check_int(D + 1 if value is None else value, name, low)
 
 
+class _GaussianFlowMethod(_Method):
+    """The settings ParticleFlow and GaussianFlow share (documented on ParticleFlow)."""
+
+    learning_rate: float | tuple = eqx.field(static=True, default=0.01)
+    optimizer: str = eqx.field(static=True, default="gd")
+    dimensionwise: bool = eqx.field(static=True, default=True)
+    natural_mean: bool = eqx.field(static=True, default=False)
+    blocks: object = eqx.field(static=True, default=None)
+    batch_size: int | None = eqx.field(static=True, default=None)
+    init_scale: float = eqx.field(static=True, default=1.0)
+
+
 class _ParticleState(NamedTuple):
     X: jax.Array
     mean_opt: _Moments
@@ -353,7 +365,7 @@ def _initial_particles(key, x0, N, scale):
     return x0 + math.sqrt(N) * scale * (U[:, :r] @ Vt[:r])
 
 
-class ParticleFlow(_Method):
+class ParticleFlow(_GaussianFlowMethod):
     """Gaussian Particle Flow (GPF, [Galy-Fajou2021, Algorithm 2]).
 
     ``n_particles`` (default D + 1: full rank, exact for Gaussian targets; fewer give a
@@ -366,13 +378,6 @@ class ParticleFlow(_Method):
     ``init + init_scale * N(0, I)``."""
 
     n_particles: int | None = eqx.field(static=True, default=None)
-    learning_rate: float | tuple = eqx.field(static=True, default=0.01)
-    optimizer: str = eqx.field(static=True, default="gd")
-    dimensionwise: bool = eqx.field(static=True, default=True)
-    natural_mean: bool = eqx.field(static=True, default=False)
-    blocks: object = eqx.field(static=True, default=None)
-    batch_size: int | None = eqx.field(static=True, default=None)
-    init_scale: float = eqx.field(static=True, default=1.0)
 
     def __post_init__(self):
         self._check_common()
@@ -427,7 +432,7 @@ class _FlowState(NamedTuple):
     cov_opt: tuple
 
 
-class GaussianFlow(_Method):
+class GaussianFlow(_GaussianFlowMethod):
     """Gaussian Flow (GF, [Galy-Fajou2021, Algorithm 1], corrected): x = m + Gamma x0 with
     ``n_samples`` fresh x0 ~ N(0, I_K) per step (default D + 1); ``rank`` K of Gamma (per
     block; default full). Other options as :class:`ParticleFlow`; with ``blocks`` Gamma is
@@ -435,13 +440,6 @@ class GaussianFlow(_Method):
 
     n_samples: int | None = eqx.field(static=True, default=None)
     rank: int | None = eqx.field(static=True, default=None)
-    learning_rate: float | tuple = eqx.field(static=True, default=0.01)
-    optimizer: str = eqx.field(static=True, default="gd")
-    dimensionwise: bool = eqx.field(static=True, default=True)
-    natural_mean: bool = eqx.field(static=True, default=False)
-    blocks: object = eqx.field(static=True, default=None)
-    batch_size: int | None = eqx.field(static=True, default=None)
-    init_scale: float = eqx.field(static=True, default=1.0)
 
     def __post_init__(self):
         self._check_common()

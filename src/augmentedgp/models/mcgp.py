@@ -22,7 +22,7 @@ from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean
 from augmentedgp.likelihoods import augmentable
 from augmentedgp.likelihoods.base import Likelihood
-from augmentedgp.models.sites import Predictive
+from augmentedgp.models.sites import FittedPosterior
 from augmentedgp.models.sparse import SVGP, inducing_parameter, latent_prior
 from augmentedgp.variational.families import map_latents
 
@@ -104,7 +104,7 @@ def latent_priors(model, anchor, X):
     return prior(model.kernel, model.mean), False
 
 
-class MCPosterior(Predictive):
+class MCPosterior(FittedPosterior):
     """Samples from an :class:`MCGP` posterior and predictions averaged over them.
 
     ``f``: samples of the latent values at the training inputs, (n_chains, n_samples, n)
@@ -128,14 +128,6 @@ class MCPosterior(Predictive):
         if self.hyper is None:
             raise ValueError("no hyperparameter samples: use GibbsSampling(hyper_every=k)")
         return eqx.combine(self.hyper, partition_trainable(self.model)[1])
-
-    @property
-    def likelihood(self):
-        return self.model.likelihood
-
-    @property
-    def kernel(self):
-        return self.model.kernel
 
     @property
     def n_chains(self) -> int:

@@ -72,7 +72,20 @@ class Predictive(eqx.Module):
         return np.asarray(classes)[np.argmax(np.asarray(self.predict_proba(Xnew)), axis=1)]
 
 
-class SitePosterior(Predictive):
+class FittedPosterior(Predictive):
+    """A posterior that holds its fitted ``model``: its kernel and likelihood are the
+    model's."""
+
+    @property
+    def kernel(self):
+        return self.model.kernel
+
+    @property
+    def likelihood(self):
+        return self.model.likelihood
+
+
+class SitePosterior(FittedPosterior):
     """A fitted full GP: predictions, samples and the (approximate) log marginal likelihood.
 
     Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``.
@@ -86,14 +99,6 @@ class SitePosterior(Predictive):
     alpha: jax.Array
     lml: jax.Array
     history: object = eqx.field(static=True, default=None)
-
-    @property
-    def kernel(self):
-        return self.model.kernel
-
-    @property
-    def likelihood(self):
-        return self.model.likelihood
 
     def log_marginal_likelihood(self) -> float:
         """log p(y | X, theta): exact for regression, approximate for Laplace and EP."""

@@ -33,7 +33,7 @@ from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
 from augmentedgp.likelihoods.base import Likelihood
 from augmentedgp.likelihoods.robust import Gaussian
-from augmentedgp.models.sites import Predictive
+from augmentedgp.models.sites import FittedPosterior, Predictive
 from augmentedgp.variational.families import NaturalQ, QPosterior, make_q, map_latents
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -448,7 +448,7 @@ def _predict_f(model, Xnew, full_cov):
     return p.mean, p.var
 
 
-class SparsePosterior(Predictive):
+class SparsePosterior(FittedPosterior):
     """A fitted SGPR / SVGP / VGP: the model (with its q(u)), the training data and the
     training history. Predictions need only the model; ``elbo()`` uses the data."""
 
@@ -481,14 +481,6 @@ class SparsePosterior(Predictive):
         >= 0: how much the augmented bound gives away at this q(f)
         ([Galy-Fajou2020, App. A.4.3])."""
         return self.elbo() - self.elbo(augmented=True)
-
-    @property
-    def kernel(self):
-        return self.model.kernel
-
-    @property
-    def likelihood(self):
-        return self.model.likelihood
 
     @property
     def inducing(self) -> Float[Array, "M d"]:
