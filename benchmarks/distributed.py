@@ -1,24 +1,11 @@
 """Scale-out benchmark: ``augmentedgp.distributed.fit`` (augmented VI as map-reduce over
-partitions on a Dask cluster, or sharded over JAX devices) -- time per CAVI iteration.
+partitions on a Dask cluster, or sharded over JAX devices) -- time per CAVI iteration of a
+logistic SVGP (M = 100 fixed inducing points, d = 4, ``AnalyticVI``, synthetic data).
 
-Problem: logistic likelihood, labels in {-1, 1} drawn from sigmoid(f(x)) of a smooth
-synthetic latent f, x ~ U[-2, 2]^4, SVGP with M = 100 fixed inducing points (uniform in the
-box), RBF kernel, ``agp.AnalyticVI()`` (full batch), 3 iterations (``tol=0``,
-``chunk_size=1``: ``History.wall_time`` has one entry per iteration). The first iteration
-compiles (on each worker); "per iteration" is the median of the later ones.
-
-1. n = 1e5, 1e6, 1e7 rows as npz files of 2e5 rows (written once, file by file, under
-   ``--data-dir``), streamed on a ``LocalCluster`` of 2 single-threaded worker processes;
-2. n = 1e6 streamed with 1, 2 and 4 worker processes;
-3. in-memory (X, y): single-process ``agp.fit`` against ``distributed.fit`` on 1 and 2 workers;
-4. one 2e5-row partition's statistics (``distributed._statistics``, jitted) in this process,
-   and the bytes a partition sends back (pickled ``Statistics``);
-5. JAX devices on one host (a subprocess with 4 host devices): ``distributed.fit(...,
-   devices=k)`` for k = 1, 2, 4 at n = 1e5 in memory, and ``agp.fit`` there;
-6. a cluster-scale estimate from 4.
-
-``--threads 1`` (default): XLA and BLAS single-threaded here, in the workers and in the
-subprocess; nothing is pinned to a CPU (the workers need the cores).
+Items: 1. npz partitions streamed on a LocalCluster of 2 workers, n up to 1e7; 2. 1, 2 and 4
+workers; 3. in memory, ``agp.fit`` against ``distributed.fit``; 4. one partition's statistics
+and message size; 5. JAX host devices (a subprocess); 6. a cluster-scale estimate from 4.
+``--threads 1`` (default): XLA and BLAS single-threaded in every process.
 
     python benchmarks/distributed.py            # full run (~30 min), writes RESULTS.md
     python benchmarks/distributed.py --quick    # n = 2e4, 5e4; 1-2 workers; no write

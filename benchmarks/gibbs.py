@@ -1,19 +1,11 @@
 """Gibbs-sampling benchmark (thesis ch. 5.1, Table 2): augmentedgp's augmented blocked Gibbs
 sampler against numpyro NUTS and a random-walk Metropolis baseline, on full GPs.
 
-Four problems, hyperparameters fitted once and then frozen (every sampler targets the same
-posterior of the n latent values f = f(X)): *Logistic* on a random 300-row slice of a9a
-(the size of the thesis' Heart set), isotropic RBF by Laplace ML-II; *Student-t* (df 4),
-*Laplace*, *Matern 3/2* on Boston housing (n = 506), ARD RBF from a Gaussian GP's ML-II,
-each likelihood's scale matching the Gaussian's noise variance.
-
-Samplers (float64, 4 chains, each from its own start): augmentedgp ``sample(MCGP(kernel,
-likelihood), X, y, GibbsSampling(S, n_chains=4, burn_in=B))`` (called twice, the compiled
-second call measured); numpyro ``NUTS`` with its defaults on the whitened latent v ~ N(0, I),
-f = L v; random-walk Metropolis on the same target (JAX, ``lax.scan``, step adapted towards
-0.234 acceptance in warm-up, thinned). Measured on f with one estimator for every sampler
-(``augmentedgp.diagnostics``): run and compile time, lag-1 autocorrelation, split R-hat, bulk
-ESS, min ESS per second (warm-up included) and agreement with NUTS.
+Logistic classification (a 300-row slice of a9a) and Student-t, Laplace and Matern-3/2
+regression (Boston), hyperparameters fitted once and frozen, 4 chains: augmentedgp
+``sample(MCGP(...), GibbsSampling(...))``, numpyro ``NUTS`` (defaults, whitened latent) and
+an adaptive RWM. Measured on f with ``augmentedgp.diagnostics``: run and compile time, lag-1
+autocorrelation, split R-hat, bulk ESS, min ESS per second and agreement with NUTS.
 
     /work/peers-venv/bin/python benchmarks/gibbs.py            # full (~16 min), writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/gibbs.py --quick    # smoke test, ~2 min, no write
@@ -415,8 +407,9 @@ def thesis_lines(all_res):
                          f"{th['HMC'][2]:g}), {n['ms_per_sample']:.3g} ms / sample (thesis HMC "
                          f"{1e3 * th['HMC'][0]:g} ms)")
         if g and n:
-            parts.append(f"time per sample NUTS / Gibbs {n['ms_per_sample'] / g['ms_per_sample']:.2f}"
-                         f" (thesis HMC / Gibbs {th['HMC'][0] / th['Gibbs'][0]:.1f})")
+            q = n["ms_per_sample"] / g["ms_per_sample"]
+            parts.append(f"time per sample NUTS / Gibbs {q:.2f} (thesis HMC / Gibbs "
+                         f"{th['HMC'][0] / th['Gibbs'][0]:.1f})")
         if r:
             parts.append(f"RWM max R-hat {r['rhat_max']:.2f} (thesis MH {th['MH'][2]:g})")
         out += [f"- {LABEL[k]}: " + "; ".join(parts) + "."] if parts else []
@@ -487,26 +480,26 @@ def intro(args, all_res):
 
 def main():
     p = H.parser(__doc__)
-    p.add_argument("--likelihoods", default=None, help=",".join(LIKELIHOODS))
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--samples", type=int, default=None, help="kept samples per chain")
-    p.add_argument("--chains", type=int, default=None)
-    p.add_argument("--burn-in", type=int, default=None, help="Gibbs burn-in")
-    p.add_argument("--nuts-warmup", type=int, default=None)
-    p.add_argument("--nuts-samples", type=int, default=None, help="kept NUTS samples per chain")
     p.add_argument("--nuts-chain-method", default="sequential",
                    choices=("sequential", "vectorized"))
-    p.add_argument("--rwm-thin", type=int, default=None, help="RWM thinning")
     p.add_argument("--binary-data", default="a9a", choices=("a9a", "bank"))
-    p.add_argument("--n-binary", type=int, default=None, help="rows of the binary slice")
-    p.add_argument("--n-boston", type=int, default=None, help="Boston rows (default all)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-breakdown", action="store_true", help="skip the Gibbs step timings")
-    args = H.parse(p, {"likelihoods": "logistic,studentt", "samples": 50, "chains": 2,
+    for name, kind, helptext in (  # None: the --quick / full default below
+            ("likelihoods", str, ",".join(LIKELIHOODS)), ("methods", str, ",".join(METHODS)),
+            ("samples", int, "kept samples per chain"), ("chains", int, ""),
+            ("burn-in", int, "Gibbs burn-in"), ("nuts-warmup", int, ""),
+            ("nuts-samples", int, "kept NUTS samples per chain"), ("rwm-thin", int, ""),
+            ("n-binary", int, "rows of the binary slice"), ("n-boston", int, "default all")):
+        p.add_argument(f"--{name}", type=kind, default=None, help=helptext)
+    p.add_argument("--seed", type=int, default=0)
+    args = H.parse(p, {"likelihoods": "logistic,studentt", "methods": ",".join(METHODS),
+                       "samples": 50, "chains": 2,
                        "burn_in": 20, "nuts_warmup": 50, "nuts_samples": 50, "rwm_thin": 2,
                        "n_boston": 150, "n_binary": 100},
-                   {"likelihoods": ",".join(LIKELIHOODS), "samples": 1000, "chains": 4, "burn_in": 200, "nuts_warmup": 500,
-                    "nuts_samples": 500, "rwm_thin": 20, "n_binary": 300})
+                   {"likelihoods": ",".join(LIKELIHOODS), "methods": ",".join(METHODS),
+                    "samples": 1000, "chains": 4,
+                    "burn_in": 200, "nuts_warmup": 500, "nuts_samples": 500, "rwm_thin": 20,
+                    "n_binary": 300})
     keys, methods = H.csv(args.likelihoods), H.csv(args.methods)
     if set(keys) - set(LIKELIHOODS) or set(methods) - set(METHODS):
         p.error("unknown likelihoods or methods")

@@ -1,28 +1,16 @@
-"""The benchmark harness: everything the scripts in benchmarks/ share.
+"""The benchmark harness: what the scripts in benchmarks/ share (see README.md there).
 
-A script declares its problems and configurations; this module does the rest:
-
-- ``start()``: thread pinning (``--threads`` / ``--cpu``, read from sys.argv before numpy and
-  JAX start), float64 JAX, augmentedgp from the checkout's src/, and the peers (GPflow,
-  GPyTorch, numpyro, scikit-learn) set up as their users would, each skipped with a message
-  where it is not installed;
-- ``parser()`` / ``parse()``: the common command line (``--quick``, ``--write``,
-  ``--no-write``, ``--results``, ``--out``, ``--json``, ``--threads``, ``--cpu``) and the
-  quick / full defaults;
-- ``dataset()``: the shared data sets in ../shared/data (see its README), the library's
-  built-in ones and scikit-learn's digits, split, subsampled and standardised;
-- timing: ``time_call`` (first call with compilation, then repeated steady-state calls),
-  ``CompileClock`` / ``timed`` (JAX's own compile events), and ``race`` (the SVGP-style
-  comparison: build + warm-up, interleaved it/s rounds, test metrics against training time
-  from a common start, time to a common target, side-by-side ratios);
-- reporting: ``report()`` (header, machine, versions, skipped peers) and ``finish()``
-  (prints, and rewrites the script's section of RESULTS.md, ``--out``, ``--json``).
+A script declares its problems and configurations; this module does the rest: ``start``
+(threads, imports, peers), ``parser`` / ``parse`` (the command line), ``dataset`` (data),
+``time_call`` / ``timed`` / ``race`` (timing, training curves, time to target) and
+``report`` / ``finish`` (the script's section of RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import datetime
 import json
@@ -179,11 +167,43 @@ def parse(p: argparse.ArgumentParser, quick: dict, full: dict, argv=None):
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.write_results = (args.write or not args.quick) and not args.no_write
+    if hasattr(args, "agp_step"):
+        args.agp_step_schedule = None if args.agp_step == "rm" else float(args.agp_step)
     return args
 
 
 def csv(text, cast=str) -> list:
     return [cast(x) for x in str(text).split(",") if x]
+
+
+RACE_OPTIONS = {
+    "datasets": (str, None, "comma-separated data sets"),
+    "n-train": (int, None, "subsample the training rows"),
+    "n-test": (int, None, "subsample the test rows"),
+    "M": (int, None, "inducing points"), "batch": (int, None, "minibatch size"),
+    "rounds": (int, None, "it/s: interleaved timing rounds"),
+    "round-seconds": (float, None, "it/s: seconds per round and configuration"),
+    "eval-points": (int, None, "evaluations per curve (geometric in time)"),
+    "margin": (float, 0.01, "target NLL = the reference's final NLL + this"),
+    "libraries": (str, None, "only these library names or configuration labels"),
+    "agp-step": (str, "rm", "AnalyticSVI's natural step: 'rm' (Robbins-Monro (t + 1)^-0.51, "
+                 "its default) or a constant in (0, 1]"),
+    "chunk": (int, 50, "augmentedgp's scan chunk (its curves are evaluated between chunks)")}
+
+
+def race_options(p, *names, **defaults):
+    """Add the options that the ``race`` scripts share (``RACE_OPTIONS``)."""
+    for name in names:
+        kind, default, helptext = RACE_OPTIONS[name]
+        p.add_argument(f"--{name}", type=kind, default=defaults.get(name, default),
+                       help=helptext)
+
+
+def select(configs, args):
+    """The configurations that ``--libraries`` names (all without it)."""
+    wanted = csv(getattr(args, "libraries", None) or "")
+    return {k: v for k, v in configs.items() if not wanted or k[0] in wanted
+            or label(k) in wanted}
 
 
 # --- data ---------------------------------------------------------------------------------
@@ -351,10 +371,11 @@ def timed():
 # --- race: training curves against a common target ---------------------------------------
 #
 # A runner trains one configuration. warmup(score, n) compiles / traces, keeps the scoring
-# function and leaves the initial state; time_steps(n) trains n iterations from the initial state and returns the
-# seconds; train(schedule, on_eval) trains from the initial state, calling on_eval(iteration,
-# training seconds) -- not counted; True stops -- when the schedule says so, and returns None
-# or why it stopped early; prediction() is the script's predict(runner) at the current state.
+# function, leaves the initial state and returns the runner; time_steps(n) trains n
+# iterations from the initial state and returns the seconds; train(schedule, on_eval) trains
+# from the initial state, calling on_eval(iteration, training seconds) -- not counted; True
+# stops -- when the schedule says so, and returns None or why it stopped early;
+# prediction() is the script's predict(runner) at the current state.
 
 
 class Diverged(Exception):
@@ -369,42 +390,30 @@ def describe(err: Exception) -> str:
     return f"{type(err).__name__}: {line if len(line) <= 110 else line[:110] + '...'}"
 
 
-class Grid:
-    """Evaluate at the first iteration past each time of a grid (the last one: the budget)."""
+class Schedule:
+    """When a curve is evaluated: at the first iteration past each of ``times`` (training
+    seconds; the last one is the budget), or every ``every`` iterations up to ``total``."""
 
-    def __init__(self, times):
-        self.times, self.max_iter = list(times), 10**9
+    def __init__(self, times=None, every=None, total=10**9):
+        self.times, self.every, self.max_iter = times, every, total
 
     def start(self):
         self.k = 0
 
     def due(self, it, clock):
-        return clock >= self.times[self.k]
+        return it % self.every == 0 if self.every else clock >= self.times[self.k]
 
     def done(self, it, clock):
+        if self.every:
+            return it >= self.max_iter
         while self.k < len(self.times) and self.times[self.k] <= clock:
             self.k += 1
         return self.k == len(self.times)
 
 
-class Every:
-    """Evaluate every ``every`` iterations, ``total`` in all."""
-
-    def __init__(self, every, total):
-        self.every, self.max_iter = every, total
-
-    def start(self):
-        pass
-
-    def due(self, it, clock):
-        return it % self.every == 0
-
-    def done(self, it, clock):
-        return it >= self.max_iter
-
-
-def geometric(budget, points, ratio=1000.0) -> Grid:
-    return Grid(np.geomspace(budget / ratio, budget, points))
+def geometric(budget, points, ratio=1000.0) -> Schedule:
+    """Evaluations at ``points`` times from budget / ratio to the budget, geometrically."""
+    return Schedule(list(np.geomspace(budget / ratio, budget, points)))
 
 
 class Runner:
@@ -441,6 +450,7 @@ class AgpRunner(Runner):
         self.model = post.model
         self.check(score, self.chunk)  # compiles the prediction and the scoring
         self.model = self.model0
+        return self
 
     def time_steps(self, n):
         post = self._fit(n)
@@ -488,6 +498,7 @@ class StepRunner(Runner):
             self.check(score, n)
         finally:
             self.restore(self.initial)
+        return self
 
     def time_steps(self, n):
         self.restore(self.initial)
@@ -577,9 +588,12 @@ class GpflowRunner(StepRunner):
             v.assign(value)
 
 
-def gpflow_with_fallback(make, score, check_steps, notes, key, options=GPFLOW_NGD):
-    """GPflow NGD+Adam at the notebook's gamma 0.1; if that fails within ``check_steps``
-    steps, the next of ``options`` (gamma, xi); the fallback is noted."""
+def gpflow_build(make, score, notes, key, check_steps=100, n=5, options=GPFLOW_NGD):
+    """A warmed-up GPflow runner ``make(ngd)`` for configuration ``key``. NGD+Adam: gamma 0.1
+    (the notebook's, for minibatches and non-conjugate likelihoods); if that fails within
+    ``check_steps`` steps, the next of ``options`` (gamma, xi), with a note."""
+    if "NGD" not in key[-1]:
+        return make(options[0]).warmup(score, n)
     failures = []
     for ngd in options:
         r = make(ngd)
@@ -678,14 +692,10 @@ class GpytorchRunner(StepRunner):
             opt.step()
 
     def snapshot(self):
-        import copy
-
         return copy.deepcopy((self.model.state_dict(), self.likelihood.state_dict(),
                               [o.state_dict() for o in self.optimizers]))
 
     def restore(self, state):
-        import copy
-
         model, lik, opts = copy.deepcopy(state)
         self.model.load_state_dict(model)
         self.likelihood.load_state_dict(lik)
@@ -714,19 +724,23 @@ def race(name, data, configs, schedule, *, rounds, round_seconds=None,
     """Run every configuration of one problem side by side.
 
     ``configs``: {key: build(notes) -> a runner warmed up with its ``score(prediction)`` ->
-    the metrics tuple (test NLL first)}; ``schedule``: a ``Grid`` or ``Every``. it/s: ``rounds``
+    the metrics tuple (test NLL first)}; ``schedule``: when to evaluate. it/s: ``rounds``
     interleaved rounds of ``round_steps`` iterations, or of about ``round_seconds`` (the
     count fixed per configuration from a first timed run of ``units(key)`` x 2 iterations).
     ``after``: {name: fn(key, runner)} taken at the end of each curve (a cross-check: its
     failure is printed and recorded as None)."""
     t_start, w = time.perf_counter(), max(len(label(k)) for k in configs) if configs else 0
+    print(f"== {name}: n={data.n} test={len(data.y_test)} d={data.d} "
+          + " ".join(f"{k}={v}" for k, v in extra.items() if isinstance(v, int | float)),
+          flush=True)
     runners, notes, build_s = {}, {}, {}
     for key, build in configs.items():
         t0 = time.perf_counter()
         try:
             runners[key] = build(notes)
         except Exception as err:
-            notes[key] = f"build / warm-up failed: {err if isinstance(err, Diverged) else describe(err)}"
+            why = err if isinstance(err, Diverged) else describe(err)
+            notes[key] = f"build / warm-up failed: {why}"
         build_s[key] = time.perf_counter() - t0
         print(f"  {label(key):{w}s} build + warm-up {build_s[key]:6.1f} s {notes.get(key, '')}",
               flush=True)
@@ -784,16 +798,10 @@ def race(name, data, configs, schedule, *, rounds, round_seconds=None,
         last = curve[-1]
         print(f"  {label(k):{w}s} {int(last[0]):7d} it in {last[1]:6.1f} s: "
               + ", ".join(f"{x:.4f}" for x in last[2:])
-              + "".join(f"; {a} {_short(res[a][k])}" for a in after or {})
+              + "".join(f"; {a} {res[a][k]}" for a in after or {})
               + f" ({time.perf_counter() - t0:.0f} s with evaluations) {why or ''}", flush=True)
     res["seconds"] = time.perf_counter() - t_start
     return res
-
-
-def _short(v):
-    if isinstance(v, tuple | list):
-        return " / ".join(_short(x) for x in v)
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def time_to(curve, target, skip_start=True):
@@ -845,6 +853,83 @@ def config_table(all_res, header, cells) -> list[str]:
             rows.append([res["name"], label(key) + mark] + (
                 cells(res, key, c) if c is not None and len(c) else ["—"] * (len(header) - 2)))
     return [markdown_table(header, rows), "", *(f"- [{i}] {n}" for i, n in enumerate(notes, 1))]
+
+
+def race_table(all_res, ours, metrics, extra=None) -> list[str]:
+    """``config_table`` with the standard columns: it/s (median, best, ours / this),
+    iterations, the final ``metrics`` ({curve column: name}; column 2, the NLL, marks a failed
+    run), target NLL, time to target and its ratio to ``ours``'s; ``extra``: {name:
+    fn(res, key)} columns at the end."""
+    extra = extra or {}
+
+    def cells(res, key, c):
+        s, rate, o = res.get("summary", {}), res["rates"].get(key, {}), key == ours
+        t, ours_rate = s.get("ttt", {}).get(key), res["rates"].get(ours, {}).get("median")
+        return [fmt(rate.get("median"), ".1f"), fmt(rate.get("best"), ".1f"),
+                "" if o else fmt(ratio(ours_rate, rate.get("median")), ".2f"), int(c[-1, 0]),
+                *(fmt(float(c[-1, i]), ".4f") + (" (failed)" if i == 2 and key in res["failed"]
+                                                 else "") for i in metrics),
+                fmt(s.get("target"), ".4f"), fmt(t, ".2f", "not reached"),
+                "" if o else fmt(ratio(t, s.get("ours")), ".1f",
+                                 f"{ours[-1]} never reached" if t is not None else "—"),
+                *(f(res, key) for f in extra.values())]
+
+    header = ["problem", "configuration", "it/s (median)", "it/s (best)",
+              f"{ours[-1]} it/s / this", "iterations", *metrics.values(), "target NLL",
+              "time to target (s)", f"time to target / {ours[-1]}'s", *extra]
+    return config_table(all_res, header, cells)
+
+
+def speedup(s) -> str:
+    """'time to target a s vs b s (configuration) -> speed-up x' from ``summarise``."""
+    if s.get("fastest") is None:
+        return (f"time to target {fmt(s.get('ours'), '.2f', 'not reached')} s; no reference "
+                "configuration reached it")
+    return (f"time to target {fmt(s['ours'], '.2f', 'not reached')} s vs "
+            f"{s['ttt'][s['fastest']]:.2f} s ({label(s['fastest'])}) -> speed-up "
+            f"{fmt(s['speedup_fastest'], '.1f', 'n/a')}x (against the best, {label(s['best'])}: "
+            f"{fmt(s['speedup_best'], '.1f', 'n/a')}x)")
+
+
+def speedup_claim(res, ours, margin, factor=10.0) -> str:
+    """'- problem: best reference, ours's final NLL, time to target -> **met** / **not met**'
+    for the claim 'ours reaches the target >= factor x faster than the reference that
+    reached it first, at equal or better final NLL' (when no reference reached it within
+    the budget, the speed-up is at least budget / ours's time)."""
+    s = res["summary"]
+    if s["best"] is None:
+        return f"- {res['name']}: no reference result; not assessed."
+    o, b, sp = final(res, ours), final(res, s["best"]), s["speedup_fastest"]
+    equal, why = o is not None and o <= b + margin, speedup(s)
+    if s["ours"] is not None and s["fastest"] is None:
+        sp = res["budget"] / s["ours"]
+        why += f", so the speed-up is > budget / {s['ours']:.2f} s = {sp:.1f}x at least"
+    return (f"- {res['name']}: best reference {label(s['best'])} (final NLL {b:.4f}); "
+            f"{ours[-1]} final NLL {fmt(o, '.4f')} ({'equal or better' if equal else 'worse'});"
+            f" {why} -> **" + ("met" if equal and sp is not None and sp >= factor else "not met")
+            + "**.")
+
+
+def race_measures(args, grid_ratio, target) -> str:
+    """The report's paragraph on how ``race`` measured (``target``: what sets it)."""
+    return (f"**Measures.** *it/s*: {args.rounds} interleaved rounds of about "
+            f"{args.round_seconds:g} s per configuration from the initial state (after "
+            "compilation / tracing; augmentedgp: `fit`'s training loop, peers: their Python "
+            "loop), median and best round. *Curves*: from the common initial state until the "
+            "training clock passes the budget, evaluated at the first iteration past each of "
+            f"{args.eval_points} geometric times (budget / {grid_ratio:g} to the budget; "
+            "augmentedgp: between scan chunks), evaluations excluded from the clock. *Target* "
+            f"= {target} + {args.margin}; *time to target* = the training time of the first "
+            "evaluation after iteration 0 at or below it.")
+
+
+def curves_section(all_res) -> list[str]:
+    """Per problem: its seconds (build + warm-up, evaluations) and its ``curves_table``."""
+    return [x for res in all_res for x in (
+        f"**{res['name']}** ({res['seconds']:.0f} s for this problem, of which "
+        f"{sum(res['build_s'].values()):.0f} s build + warm-up and "
+        f"{sum(res['eval_s'].values()):.0f} s evaluations)", "",
+        curves_table(res, res.get("budget")), "")]
 
 
 def curves_table(res, budget=None) -> str:

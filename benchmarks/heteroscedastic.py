@@ -1,24 +1,15 @@
 """Heteroscedastic regression benchmark: augmentedgp's augmented two-latent model against
 GPflow's heteroskedastic SVGP.
 
-Problems: *synthetic*, x ~ U[-3, 3], y = sin(2x) + s(x) eps with a known noise sd
-s(x) = 0.1 + 0.45 (1 - cos x); and a real dataset (default ``protein``, published split 0,
-8000 random training rows, standardised).
-
-Configurations (the same fixed k-means Z, batch, initial values and float64 everywhere):
-augmentedgp ``SVGP([RBF, RBF], HeteroscedasticGaussian(precision), Z)``, y ~ N(f,
-1 / (precision sigmoid(g))), fitted by ``AnalyticSVI`` (augmented closed-form steps) and by
-``QuadratureSVI(batch, 0.1)``, the initial precision ``--headroom`` (10) / the initial noise
-variance (``AnalyticSVI, g mean 0`` repeats it from precision 2 / noise variance); a
-homoscedastic ``SVGP(RBF, Gaussian)`` baseline; GPflow ``SVGP`` with
-``HeteroskedasticTFPConditional(Normal, scale_transform=Exp())`` (NGD+Adam as its notebook,
-and Adam). The noise links differ, so the models are compared on predictive quality (one
-scoring function: exact in f, 40-point Gauss-Hermite in g), RMSE, the recovery of the true
-noise sd (synthetic) and time (it/s, test NLL against training time, time to a common target
-= GPflow's best final NLL + margin).
+A synthetic problem with a known noise sd (y = sin(2x) + s(x) eps) and a real one (default
+protein): augmentedgp ``SVGP([RBF, RBF], HeteroscedasticGaussian)`` by ``AnalyticSVI`` and
+``QuadratureSVI`` (and a homoscedastic baseline) against GPflow's
+``HeteroskedasticTFPConditional`` SVGP (NGD + Adam; Adam). The noise links differ, so the
+models are compared on predictive quality (one scoring function), noise recovery and time
+(``harness.race``).
 
     /work/peers-venv/bin/python benchmarks/heteroscedastic.py            # full, ~13 min
-    /work/peers-venv/bin/python benchmarks/heteroscedastic.py --quick    # synthetic, ~2 min, no write
+    /work/peers-venv/bin/python benchmarks/heteroscedastic.py --quick    # synthetic, ~2 min
 """
 
 from __future__ import annotations
@@ -164,9 +155,7 @@ def configs(data, M, args):
                     q="whitened" if scheme == "QuadratureSVI" else "natural_whitened")
             inf = (agp.QuadratureSVI(args.batch, 0.1) if scheme == "QuadratureSVI"
                    else agp.AnalyticSVI(args.batch, args.agp_step_schedule))
-            r = H.AgpRunner(data, model, inf, lr=0.01, chunk=50, predict=agp_predict)
-            r.warmup(score)
-            return r
+            return H.AgpRunner(data, model, inf, predict=agp_predict).warmup(score)
         return build
 
     def agp_predict(r):
@@ -183,7 +172,7 @@ def configs(data, M, args):
         return Prediction(mean[:, 0], var[:, 0], mean[:, 1], var[:, 1], "exp")
 
     def gpflow_run(scheme):
-        def make(ngd=H.GPFLOW_NGD[0]):
+        def make(ngd):
             lik = gpflow.likelihoods.HeteroskedasticTFPConditional(
                 distribution_class=tfp.distributions.Normal,
                 scale_transform=tfp.bijectors.Exp())
@@ -199,14 +188,8 @@ def configs(data, M, args):
             return H.GpflowRunner(data, m, scheme, batch=args.batch, ngd=ngd,
                                   predict=gpflow_predict)
 
-        def build(notes):
-            if scheme == "Adam":
-                r = make()
-                r.warmup(score)
-                return r
-            return H.gpflow_with_fallback(make, score, 100, notes, ("gpflow", scheme),
-                                          ((0.1, "XiNat"), (0.01, "XiNat")))
-        return build
+        return lambda notes: H.gpflow_build(make, score, notes, ("gpflow", scheme),
+                                            options=((0.1, "XiNat"), (0.01, "XiNat")))
 
     keys = [("augmentedgp", s) for s in AGP]
     if args.headroom != 2.0:
@@ -214,8 +197,7 @@ def configs(data, M, args):
     out = {k: agp_run(k[1]) for k in keys}
     if "gpflow" not in H.SKIPPED:
         out.update({("gpflow", s): gpflow_run(s) for s in ("NGD+Adam", "Adam")})
-    wanted = args.libraries and args.libraries.split(",")
-    return {k: v for k, v in out.items() if not wanted or k[0] in wanted or label(k) in wanted}
+    return H.select(out, args)
 
 
 def native_nll(key, r):
@@ -245,20 +227,6 @@ def final(res, key, metric="nll"):
     return H.final(res, key, 2 + METRICS.index(metric))
 
 
-def cells(res, key, c):
-    s, rate = res["summary"], res["rates"].get(key, {})
-    t, ours = s.get("ttt", {}).get(key), key == OURS
-    get = lambda m: fmt(float(c[-1, 2 + METRICS.index(m)]))
-    return [fmt(rate.get("median"), ".0f"), fmt(rate.get("best"), ".0f"), int(c[-1, 0]),
-            get("nll") + (" (failed)" if key in res["failed"] else ""), get("rmse"),
-            get("sd_rmse"), get("sd_corr"), get("sd_logrmse"), get("f_rmse"),
-            fmt(t, ".2f", "not reached"),
-            "" if ours else fmt(ratio(t, s.get("ours")), ".1f",
-                                "AnalyticSVI never reached" if t is not None else "—"),
-            "" if ours else fmt(ratio(res["rates"].get(OURS, {}).get("median"),
-                                      rate.get("median")), ".1f")]
-
-
 def findings(all_res):
     lines = []
     for res in all_res:
@@ -280,11 +248,7 @@ def findings(all_res):
             parts.append("it/s AnalyticSVI / GPflow: " + ", ".join(
                 f"{fmt(ratio(r_ours, res['rates'].get(k, {}).get('median')), '.1f')}x ({k[1]})"
                 for k in res["curves"] if k[0] == "gpflow"))
-            parts.append(f"time to target NLL {s['target']:.4f}: AnalyticSVI "
-                         f"{fmt(s['ours'], '.2f', 'not reached')} s vs "
-                         + (f"{s['ttt'][s['fastest']]:.2f} s ({label(s['fastest'])}) -> "
-                            f"speed-up {fmt(s['speedup_fastest'], '.1f', 'n/a')}x"
-                            if s["fastest"] else "GPflow never reached it"))
+            parts.append(f"target NLL {s['target']:.4f}: AnalyticSVI's {H.speedup(s)}")
             if ("augmentedgp", G0) in res["curves"]:
                 parts.append(f"started at g mean 0 (precision 2 / noise0), AnalyticSVI ends at "
                              f"NLL {fmt(final(res, ('augmentedgp', G0)), '.4f')} and reaches the "
@@ -325,16 +289,13 @@ def intro(args, all_res):
         "`NaturalGradient(gamma=0.1)` on (q_mu, q_sqrt) + Adam(0.01) on the rest in one "
         "`tf.function` step (gamma 0.01 if 0.1 fails within 100 steps); *Adam*: Adam(0.01) on "
         "everything; GPflow's expectations by its 2-D Gauss-Hermite (20 x 20).", "",
-        f"**Measures.** *it/s*: {args.rounds} interleaved rounds of about "
-        f"{args.round_seconds:g} s per configuration from the initial state. *Curves*: from "
-        "the common initial state to the budget, evaluated at the first iteration past each "
-        f"of {args.eval_points} geometric times (budget / 1000 to the budget), evaluations "
-        "excluded. *Test NLL*: one numpy function, -mean log int N(y | m_f, v_f + noise(g)) "
-        "q(g) dg with 40-point Gauss-Hermite in g, from each library's latent marginals (the "
-        "libraries' own `predict_log_density` is the *native* cross-check in the log). *Noise "
-        "sd* = sqrt(E_q[noise variance]); its RMS error and correlation against s(x), the RMS "
-        "of log(fitted / true); *f RMSE*: the mean against sin(2x) on the grid. *Target* = "
-        f"the best GPflow final NLL + {args.margin} (QuadratureSVI's without GPflow)."]
+        H.race_measures(args, 1000, "the best GPflow final NLL (QuadratureSVI's without "
+                        "GPflow)")
+        + " *Test NLL*: one numpy function, -mean log int N(y | m_f, v_f + noise(g)) q(g) dg "
+        "with 40-point Gauss-Hermite in g, from each library's latent marginals (their own "
+        "`predict_log_density`: the *native* cross-check in the log). *Noise sd* = "
+        "sqrt(E_q[noise variance]); its RMS error and correlation against s(x), the RMS of "
+        "log(fitted / true); *f RMSE*: the mean against sin(2x) on the grid."]
 
 
 def main():
@@ -343,35 +304,27 @@ def main():
                    + ",".join(REAL) + " (default synthetic,protein; --quick: synthetic)")
     p.add_argument("--n-synthetic", type=int, default=None, help="synthetic training rows")
     p.add_argument("--n-train", type=int, default=None, help="real data: training rows")
-    p.add_argument("--n-test", type=int, default=None, help="test rows (both problems)")
-    p.add_argument("--M", type=int, default=None, help="inducing points, real data")
+    H.race_options(p, "n-test", "M", "batch", "rounds", "round-seconds", "eval-points",
+                   "margin", "libraries", "agp-step", batch=200)
     p.add_argument("--M-synthetic", type=int, default=None, help="inducing points, synthetic")
-    p.add_argument("--batch", type=int, default=200, help="minibatch size")
     p.add_argument("--budget", type=float, default=None, help="training seconds, synthetic")
     p.add_argument("--budget-real", type=float, default=None, help="training seconds, real")
-    p.add_argument("--rounds", type=int, default=None, help="timing rounds")
-    p.add_argument("--round-seconds", type=float, default=None, help="seconds per timing round")
-    p.add_argument("--eval-points", type=int, default=None, help="evaluations per curve")
-    p.add_argument("--margin", type=float, default=0.01, help="target = best GPflow + this")
-    p.add_argument("--agp-step", default="rm", help="AnalyticSVI's step: 'rm' or a constant")
     p.add_argument("--headroom", type=float, default=10.0,
                    help="augmentedgp's initial precision = headroom / initial noise variance")
-    p.add_argument("--libraries", default=None, help="library names or 'library scheme' labels")
-    args = H.parse(p, {"datasets": "synthetic", "n_synthetic": 1500, "n_train": 1500, "n_test": 500, "M": 40,
+    args = H.parse(p, {"datasets": "synthetic", "n_synthetic": 1500, "n_train": 1500,
+                       "n_test": 500, "M": 40,
                        "M_synthetic": 30, "budget": 3.0, "budget_real": 3.0, "rounds": 2,
                        "round_seconds": 0.2, "eval_points": 10},
-                   {"datasets": "synthetic,protein", "n_synthetic": 4000, "n_train": 8000, "n_test": 1000, "M": 100,
+                   {"datasets": "synthetic,protein", "n_synthetic": 4000, "n_train": 8000,
+                    "n_test": 1000, "M": 100,
                     "M_synthetic": 50, "budget": 30.0, "budget_real": 45.0, "rounds": 3,
                     "round_seconds": 1.0, "eval_points": 30})
-    args.agp_step_schedule = None if args.agp_step == "rm" else float(args.agp_step)
     all_res = []
     for name in H.csv(args.datasets):
         syn = name == "synthetic"
         data = synthetic(args.n_synthetic, args.n_test) if syn else \
             H.dataset(name, "published", args.n_train, args.n_test, scale_y=True)
         M, budget = (args.M_synthetic, args.budget) if syn else (args.M, args.budget_real)
-        print(f"== {name}: n={data.n} test={len(data.y_test)} d={data.d} M={M} budget "
-              f"{budget:g} s", flush=True)
         res = H.race(name, data, configs(data, M, args), H.geometric(budget, args.eval_points),
                      rounds=args.rounds, round_seconds=args.round_seconds, budget=budget, M=M,
                      units=lambda k: 50 if k[0] == "augmentedgp" else 10,
@@ -380,21 +333,17 @@ def main():
         res["summary"] = H.summarise(res, OURS, peers or [("augmentedgp", "QuadratureSVI")],
                                      args.margin)
         all_res.append(res)
-    header = ["problem", "configuration", "it/s (median)", "it/s (best)", "iterations",
-              "final test NLL", "final RMSE", "noise sd RMSE", "noise sd corr",
-              "noise RMS log ratio", "f RMSE (grid)", "time to target (s)",
-              "time to target / AnalyticSVI's", "it/s AnalyticSVI / this"]
+    names = ("final test NLL", "final RMSE", "noise sd RMSE", "noise sd corr",
+             "noise RMS log ratio", "f RMSE (grid)")
     body = ["### Findings", "", *findings(all_res), "", "### Results", "",
-            *H.config_table(all_res, header, cells), "",
+            *H.race_table(all_res, OURS, dict(enumerate(names, 2))), "",
             "`(best)`: the configuration whose final NLL sets the target. Ratios > 1 mean "
             "AnalyticSVI is faster. Noise columns: synthetic problem only.", "",
             "Fitted noise parameters at the end of each curve:", ""]
     body += [f"- {r['name']}: " + "; ".join(f"{label(k)}: {v}" for k, v in r["fitted"].items())
              for r in all_res]
-    body += ["", "### Test NLL / RMSE at training times (iterations in brackets)", ""]
-    for res in all_res:
-        body += [f"**{res['name']}** ({res['seconds']:.0f} s for this problem)", "",
-                 H.curves_table(res, res["budget"]), ""]
+    body += ["", "### Test NLL / RMSE at training times (iterations in brackets)", "",
+            *H.curves_section(all_res)]
     text = H.report("Heteroscedastic regression: augmentedgp vs GPflow", intro(args, all_res),
                     body)
     H.finish(args, text, [{k: v for k, v in r.items() if k != "data"} for r in all_res])

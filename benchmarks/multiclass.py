@@ -1,23 +1,12 @@
 """Multi-class benchmark (thesis ch. 4): augmented logistic-softmax SVI against GPflow and
 GPyTorch.
 
-letter (20,000 x 16, 26 classes), shuttle (58,000 x 9, 7 very imbalanced classes) and
-scikit-learn's digits (1,797 x 64, 10 classes); M = 200 inducing inputs from k-means++ kept
-fixed, batch 200, one ARD RBF kernel shared by all classes (variance 1, lengthscales the
-median pairwise distance), kernel hyperparameters learned by Adam(0.01), float64:
-
-- augmentedgp ``AnalyticSVI(200)`` with ``LogisticSoftmax`` (thesis ch. 4: Gamma / Poisson /
-  Polya-Gamma augmentation, closed-form local and natural-parameter steps) and, for
-  reference, ``QuadratureSVI(200, 0.1)`` with the (Monte Carlo) ``Softmax``;
-- GPflow SVGP (whitened, ``num_latent_gps=C``) with ``MultiClass`` (robust max) and with
-  ``Softmax``, each with Adam(0.01) and with ``NaturalGradient(gamma=0.1)`` + Adam(0.01);
-- GPyTorch ``SoftmaxLikelihood`` over an ``IndependentMultitaskVariationalStrategy``:
-  Cholesky q + Adam(0.01), and natural q + ``NGD(lr=0.1)`` + Adam(0.01).
-
-Measured per (dataset, configuration): it/s, the test NLL / error curve against training
-time up to a budget, the time to a common target NLL (the best peer's final NLL + margin).
-Every library's latent predictive (n, C) is scored by the same code: augmentedgp's class
-probabilities for that library's likelihood.
+letter, shuttle and scikit-learn's digits; M = 200 fixed k-means++ inducing inputs, batch
+200, one ARD RBF kernel shared by the classes: augmentedgp ``AnalyticSVI`` with
+``LogisticSoftmax`` (and ``QuadratureSVI`` with the MC ``Softmax``), GPflow SVGP with
+``MultiClass`` (robust max) and ``Softmax``, GPyTorch ``SoftmaxLikelihood`` (NGD + Adam;
+Adam). Measured with ``harness.race``; every library's latent predictive (n, C) is scored by
+augmentedgp's class probabilities for that library's likelihood.
 
     /work/peers-venv/bin/python benchmarks/multiclass.py            # full run, writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/multiclass.py --quick    # digits, ~2 min, no write
@@ -112,14 +101,12 @@ def configs(data, args):
                              q="natural_whitened" if method == "AnalyticSVI" else "whitened")
             inf = (agp.AnalyticSVI(args.batch) if method == "AnalyticSVI"
                    else agp.QuadratureSVI(args.batch, 0.1))
-            r = H.AgpRunner(data, model, inf, lr=0.01, chunk=args.chunk,
-                            predict=lambda r: r.model.predict_f(data.X_test))
-            r.warmup(sc[lik])
-            return r
+            return H.AgpRunner(data, model, inf, lr=0.01, chunk=args.chunk,
+                            predict=lambda r: r.model.predict_f(data.X_test)).warmup(sc[lik])
         return build
 
     def gpflow_run(lik, scheme):
-        def make(ngd=H.GPFLOW_NGD[0]):
+        def make(ngd):
             like = (gpflow.likelihoods.MultiClass(C) if lik == "robust-max"
                     else gpflow.likelihoods.Softmax(C))
             # integer labels: Softmax's log density is a sparse cross-entropy
@@ -128,24 +115,16 @@ def configs(data, args):
                                   batch=args.batch, ngd=ngd, predict=lambda r: tuple(
                                       a.numpy() for a in r.model.predict_f(data.X_test)))
 
-        def build(notes):
-            if scheme == "Adam":
-                r = make()
-                r.warmup(sc[lik], 3)
-                return r
-            return H.gpflow_with_fallback(make, sc[lik], args.ngd_check, notes,
-                                          ("gpflow", lik, scheme))
-        return build
+        return lambda notes: H.gpflow_build(make, sc[lik], notes, ("gpflow", lik, scheme),
+                                            args.ngd_check, 3)
 
     def gpytorch_run(scheme):
         def build(notes):
             model = H.gpytorch_svgp(Z, ls, natural=scheme != "Adam", learn_Z=False, tasks=C)
             like = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C,
                                                           mixing_weights=False)
-            r = H.GpytorchRunner(data, model, like, scheme, batch=args.batch,
-                                 predict=lambda r: r.latent(data.X_test))
-            r.warmup(sc["softmax"], 3)
-            return r
+            return H.GpytorchRunner(data, model, like, scheme, batch=args.batch,
+                                 predict=lambda r: r.latent(data.X_test)).warmup(sc["softmax"], 3)
         return build
 
     out[OURS] = agp_run("logistic-softmax", "AnalyticSVI")
@@ -160,9 +139,7 @@ def configs(data, args):
     if "gpytorch" not in H.SKIPPED:
         out["gpytorch", "softmax", "NGD+Adam"] = gpytorch_run("NGD+Adam")
         out["gpytorch", "softmax", "Adam"] = gpytorch_run("Adam")
-    wanted = args.libraries and args.libraries.split(",")
-    return {k: v for k, v in out.items() if not wanted or k[0] in wanted
-            or label(k) in wanted}, sc
+    return H.select(out, args), sc
 
 
 def native_nll(key, r):
@@ -196,49 +173,12 @@ def hyper(key, r):
 # --- report ---------------------------------------------------------------------------------
 
 
-def cells(res, key, c):
-    s, rate = res["summary"], res["rates"].get(key, {})
-    t, ours_rate = s.get("ttt", {}).get(key), res["rates"].get(OURS, {}).get("median")
-    return [fmt(rate.get("median"), ".2f"), fmt(rate.get("best"), ".2f"),
-            "" if key == OURS else fmt(ratio(ours_rate, rate.get("median")), ".2f"),
-            int(c[-1, 0]), fmt(c[-1, 3], ".4f"),
-            fmt(c[-1, 2], ".4f") + (" (failed)" if key in res["failed"] else ""),
-            fmt(res["native"].get(key), ".4f"),
-            "{:.3g} / {:.3g}".format(*res["hyper"][key]) if res["hyper"].get(key) else "—",
-            fmt(s.get("target"), ".4f"), fmt(t, ".2f", "not reached"),
-            "" if key == OURS else fmt(ratio(t, s.get("ours")), ".1f",
-                                       "AnalyticSVI never reached" if t is not None else "—")]
-
-
 def claims(all_res, margin):
     lines = ["**Target: >= 10x faster to the target NLL than the peers, at equal or better "
              f"NLL** (target = best peer final NLL + {margin}; 'faster' against the peer "
              "configuration that reached it first; 'equal or better NLL' = AnalyticSVI's final "
              "NLL <= the best peer's final NLL + margin):"]
-    for res in all_res:
-        s, name = res["summary"], res["name"]
-        if s["best"] is None:
-            lines.append(f"- {name}: no peer result; not assessed.")
-            continue
-        ours, best = H.final(res, OURS), H.final(res, s["best"])
-        sp = s["speedup_fastest"]
-        equal = ours is not None and ours <= best + margin
-        holds = sp is not None and sp >= 10 and equal
-        if s["ours"] is None:
-            verdict = "AnalyticSVI never reached the target"
-        elif s["fastest"] is None:
-            verdict = (f"AnalyticSVI reached it in {s['ours']:.2f} s; no peer configuration "
-                       "reached it within the budget, so the speed-up is > budget / "
-                       f"{s['ours']:.2f} s = {res['budget'] / s['ours']:.1f}x at least")
-            holds = equal and res["budget"] / s["ours"] >= 10
-        else:
-            verdict = (f"time to target {s['ours']:.2f} s vs {s['ttt'][s['fastest']]:.2f} s "
-                       f"({label(s['fastest'])}) -> speed-up {sp:.1f}x (against the best-NLL "
-                       f"peer {label(s['best'])}: {fmt(s['speedup_best'], '.1f', 'n/a')}x)")
-        lines.append(f"- {name}: best peer {label(s['best'])} (final NLL {best:.4f}); "
-                     f"AnalyticSVI final NLL {fmt(ours, '.4f')} "
-                     f"({'equal or better' if equal else 'worse'}); {verdict} -> **"
-                     + ("met" if holds else "not met") + "**.")
+    lines += [H.speedup_claim(res, OURS, margin) for res in all_res]
     lines += ["", "**Iteration rate** (median it/s; AnalyticSVI's divided by each peer "
               "configuration's):"]
     for res in all_res:
@@ -277,18 +217,13 @@ def intro(args, all_res):
         "`XiNat`; noted below), *Adam* = Adam on everything; GPyTorch: *NGD+Adam* = natural q "
         "+ `NGD(lr=0.1)` + Adam, *Adam* = Cholesky q + Adam, batch_shape [C] under "
         "`IndependentMultitaskVariationalStrategy`, `VariationalELBO(num_data=n)`.", "",
-        f"**Measures.** *it/s*: {args.rounds} interleaved rounds of about "
-        f"{args.round_seconds:g} s per configuration from the initial state; median and best. "
-        "*Curves*: from the common initial state until the training clock passes the budget, "
-        f"test NLL and error at the first iteration past each of {args.eval_points} geometric "
-        "times (budget / 500 to the budget); evaluations excluded. *Scoring*: each library's "
-        "latent test mean and variance (n*, C) through augmentedgp's likelihood of the kind "
-        f"it trained (softmaxes: `predict_proba` by {args.predict_samples} scrambled-Sobol "
-        "points; robust max: the true class's probability by 100-node Gauss-Hermite, the "
-        "predicted class with 20 nodes); error = argmax, NLL = -mean log p(y* | x*). *Native "
-        "NLL*: each library's own predictive at the end, a cross-check. *Target* = the best "
-        f"peer configuration's final NLL + {args.margin}; *time to target* = the first "
-        "evaluation after iteration 0 at or below it.", "",
+        H.race_measures(args, 500, "the best peer configuration's final NLL")
+        + " *Scoring*: each library's latent test mean and variance (n*, C) through "
+        "augmentedgp's likelihood of the kind it trained (softmaxes: `predict_proba` by "
+        f"{args.predict_samples} scrambled-Sobol points; robust max: the true class's "
+        "probability by 100-node Gauss-Hermite, the predicted class with 20 nodes); error = "
+        "argmax, NLL = -mean log p(y* | x*). *Native NLL*: each library's own predictive at "
+        "the end, a cross-check.", "",
         "**Differences from the thesis' ch. 4 experiments.** One random split per dataset, a "
         "fixed budget and a common target instead of each method's convergence; an ARD kernel "
         "shared by the classes; GPflow 2 / GPyTorch; no EPGPC or Laplace baselines."]
@@ -296,25 +231,14 @@ def intro(args, all_res):
 
 def main():
     p = H.parser(__doc__)
-    p.add_argument("--datasets", default=None, help="comma-separated subset of "
-                   + ",".join(DATASETS))
-    p.add_argument("--n-train", type=int, default=None, help="subsample the training rows")
-    p.add_argument("--n-test", type=int, default=None, help="subsample the test rows")
-    p.add_argument("--M", type=int, default=None, help="inducing points (default 200)")
-    p.add_argument("--batch", type=int, default=200, help="minibatch size")
+    H.race_options(p, "datasets", "libraries", "n-train", "n-test", "M", "batch", "rounds",
+                   "round-seconds", "eval-points", "margin", "chunk", batch=200, chunk=10)
     p.add_argument("--budgets", default=None,
                    help="training seconds: one number or 'letter=..,shuttle=..,digits=..'")
-    p.add_argument("--rounds", type=int, default=None, help="timing rounds")
-    p.add_argument("--round-seconds", type=float, default=None, help="seconds per timing round")
-    p.add_argument("--eval-points", type=int, default=None, help="evaluations per curve")
     p.add_argument("--predict-samples", type=int, default=512, help="QMC points in the scoring")
-    p.add_argument("--margin", type=float, default=0.01, help="target = best peer NLL + this")
-    p.add_argument("--chunk", type=int, default=10, help="augmentedgp's scan chunk")
     p.add_argument("--ngd-check", type=int, default=20, help="GPflow NGD: steps that decide "
                    "the gamma fallback")
     p.add_argument("--robustmax", action="store_true", help="also augmentedgp + robust max")
-    p.add_argument("--libraries", default=None,
-                   help="library names or 'library likelihood scheme' labels")
     args = H.parse(p, {"datasets": "digits", "n_test": 500, "M": 50, "budgets": "3",
                        "rounds": 2, "round_seconds": 0.3, "eval_points": 8},
                    {"datasets": ",".join(DATASETS), "M": 200,
@@ -330,30 +254,24 @@ def main():
         sub = data.X[np.random.default_rng(0).choice(data.n, min(2000, data.n), replace=False)]
         data.meta["lengthscale"] = np.full(data.d, float(np.median(pdist(sub))))
         budget = float(budgets[name])
-        print(f"== {name}: n={data.n} test={len(data.y_test)} d={data.d} C={data.meta['C']} "
-              f"M={args.M} budget {budget:g} s", flush=True)
         cfg, sc = configs(data, args)
         res = H.race(name, data, cfg, H.geometric(budget, args.eval_points, 500),
-                     rounds=args.rounds, round_seconds=args.round_seconds, budget=budget,
+                     rounds=args.rounds, round_seconds=args.round_seconds, budget=budget, M=args.M,
+                     C=data.meta["C"],
                      units=lambda k: args.chunk if k[0] == "augmentedgp" else 2,
                      after={"native": native_nll, "hyper": hyper}, scorers=sc)
         peers = [k for k in res["curves"] if k[0] in PEERS and H.final(res, k) is not None]
         res["summary"] = H.summarise(res, OURS, peers, args.margin)
         all_res.append(res)
-    header = ["dataset", "configuration", "it/s (median)", "it/s (best)",
-              "AnalyticSVI it/s / this", "iterations", "final error", "final NLL",
-              "native NLL", "kernel variance / mean lengthscale (final)", "target NLL",
-              "time to target (s)", "time to target / AnalyticSVI's"]
+    extra = {"native NLL": lambda res, k: fmt(res["native"].get(k), ".4f"),
+             "kernel variance / mean lengthscale (final)": lambda res, k: "{:.3g} / {:.3g}".format(
+                 *res["hyper"][k]) if res["hyper"].get(k) else "—"}
     body = ["### Claims", "", *claims(all_res, args.margin), "", "### Results", "",
-            *H.config_table(all_res, header, cells), "",
+            *H.race_table(all_res, OURS, {3: "final error", 2: "final NLL"}, extra), "",
             "`(best)`: the peer configuration whose final NLL sets the target. Ratios > 1 mean "
             "AnalyticSVI is faster. A failed run keeps its evaluations before the failure.", "",
-            "### Test NLL / error at training times (iterations in brackets)", ""]
-    for res in all_res:
-        body += [f"**{res['name']}** ({res['seconds']:.0f} s for this dataset, of which "
-                 f"{sum(res['build_s'].values()):.0f} s build + warm-up and "
-                 f"{sum(res['eval_s'].values()):.0f} s evaluations)", "",
-                 H.curves_table(res, res["budget"]), ""]
+            "### Test NLL / error at training times (iterations in brackets)", "",
+            *H.curves_section(all_res)]
     text = H.report("Multi-class: augmented logistic-softmax SVI vs GPflow / GPyTorch "
                     "(thesis ch. 4)", intro(args, all_res), body)
     H.finish(args, text, [{k: v for k, v in r.items() if k not in ("data", "scorers")}

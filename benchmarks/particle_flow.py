@@ -2,20 +2,10 @@
 ``ParticleFlow`` (GPF) and ``GaussianFlow`` (GF) against its ``ADVI`` and ``SVGD`` and, on
 Bayesian logistic regression, numpyro's SVI with automatic guides.
 
-1. *Gaussian targets* (4.1): mu ~ N(0, I), Sigma = U diag(lam) U^T, log10 lam_i =
-   log10(kappa) (i - 1) / (D - 1) - 1, D in {5, 20, 50}, kappa in {10, 100}; D + 1
-   particles / samples for every method; relative errors of mean and covariance against
-   time; learning rates from a small grid per method (picked on D = 20); a Theorem 2 check.
-2. *Low rank* (4.2): D = 50, GPF with N in {2, 5, 10, 20, 51}: |tr(C - Sigma)| against
-   Theorem 3's prediction (the sum of the D - N + 1 smallest eigenvalues of Sigma).
-3. *Bayesian logistic regression* (4.5): ijcnn1, prior N(0, 10 I), minibatches of 100: GPF,
-   GPF mean field, GF, ADVI, SVGD with plain steps and RMSProp; numpyro ``SVI`` with
-   ``AutoMultivariateNormal`` / ``AutoNormal`` as peers. Test NLL and accuracy against time.
-4. *GP classification*: VGP on a slice of ijcnn1 with flows (N = n + 1, 2n; GF) against
-   ``QuadratureVI`` / ``AnalyticVI``: ELBO, test NLPD and accuracy.
-
-Every run's clock excludes JAX's compilation (its own monitoring events) and the
-measurement callbacks; one CPU, single-threaded XLA and BLAS (``--threads 1``).
+Parts: 1. Gaussian targets (4.1: errors of mean and covariance against time, a Theorem 2
+check); 2. low-rank GPF (4.2, Theorem 3); 3. Bayesian logistic regression on ijcnn1 (4.5);
+4. GP classification (VGP with flows against ``QuadratureVI`` / ``AnalyticVI``). Every run's
+clock excludes JAX's compilation and the measurement callbacks; one CPU.
 
     /work/peers-venv/bin/python benchmarks/particle_flow.py            # full, writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/particle_flow.py --quick    # ~2 min, no write
@@ -672,46 +662,31 @@ def body(args, res):
 def main():
     p = H.parser(__doc__)
     p.add_argument("--parts", default=",".join(PARTS), help="subset of " + ",".join(PARTS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dims", default=None, help="Gaussian targets' D (default 5,20,50)")
-    p.add_argument("--kappas", default=None, help="default 10,100")
     p.add_argument("--gauss-methods", default=",".join(GAUSS_METHODS))
-    p.add_argument("--gauss-iters", type=int, default=None, help="iterations for D < 50")
-    p.add_argument("--gauss-iters-50", type=int, default=None, help="iterations for D >= 50")
-    p.add_argument("--thm2-iters", type=int, default=None)
-    p.add_argument("--chunk", type=int, default=50, help="Gaussian parts' chunk_size")
-    p.add_argument("--lowrank-dim", type=int, default=50)
-    p.add_argument("--particles", default=None, help="low rank N (default 2,5,10,20,51)")
-    p.add_argument("--lowrank-lr", type=float, default=0.015)
-    p.add_argument("--lowrank-iters", type=int, default=None)
-    p.add_argument("--blr-data", default="ijcnn1", choices=("ijcnn1", "a9a", "a9a_small"))
-    p.add_argument("--blr-train", type=int, default=None)
-    p.add_argument("--blr-test", type=int, default=None)
-    p.add_argument("--blr-iters", type=int, default=None)
-    p.add_argument("--blr-chunk", type=int, default=250)
-    p.add_argument("--blr-lr-gd", type=float, default=1e-4)
-    p.add_argument("--blr-lr-rmsprop", type=float, default=3e-3)
-    p.add_argument("--numpyro-lrs", default=None, help="Adam step sizes (default 0.01,0.001)")
-    p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--prior-var", type=float, default=10.0)
-    p.add_argument("--pred-samples", type=int, default=200)
-    p.add_argument("--nll-margin", type=float, default=0.01)
-    p.add_argument("--gp-data", default="ijcnn1", choices=("ijcnn1", "a9a", "a9a_small"))
-    p.add_argument("--gp-train", type=int, default=None)
-    p.add_argument("--gp-test", type=int, default=1000)
-    p.add_argument("--gp-lengthscale", type=float, default=None, help="default sqrt(d)")
-    p.add_argument("--gp-variance", type=float, default=1.0)
-    p.add_argument("--gp-iters", type=int, default=None)
-    p.add_argument("--gp-chunk", type=int, default=100)
-    p.add_argument("--gp-lr", type=float, default=0.02)
-    p.add_argument("--gp-lr-gf", type=float, default=0.005)
-    p.add_argument("--gp-vi-iters", type=int, default=500)
-    args = H.parse(p, {"dims": "5,20", "kappas": "10", "gauss_iters": 1000, "gauss_iters_50": 1000,
-                       "thm2_iters": 2000, "particles": "2,10,51", "lowrank_iters": 3000,
+    for name in ("--blr-data", "--gp-data"):
+        p.add_argument(name, default="ijcnn1", choices=("ijcnn1", "a9a", "a9a_small"))
+    # (option, type, default): None takes the --quick / full default below
+    for name, kind, default in (
+            ("seed", int, 0), ("dims", str, None), ("kappas", str, None),
+            ("gauss-iters", int, None), ("gauss-iters-50", int, None), ("thm2-iters", int, None),
+            ("chunk", int, 50), ("lowrank-dim", int, 50), ("particles", str, None),
+            ("lowrank-lr", float, 0.015), ("lowrank-iters", int, None), ("blr-train", int, None),
+            ("blr-test", int, None), ("blr-iters", int, None), ("blr-chunk", int, 250),
+            ("blr-lr-gd", float, 1e-4), ("blr-lr-rmsprop", float, 3e-3),
+            ("numpyro-lrs", str, None), ("batch", int, 100), ("prior-var", float, 10.0),
+            ("pred-samples", int, 200), ("nll-margin", float, 0.01), ("gp-train", int, None),
+            ("gp-test", int, 1000), ("gp-lengthscale", float, None), ("gp-variance", float, 1.0),
+            ("gp-iters", int, None), ("gp-chunk", int, 100), ("gp-lr", float, 0.02),
+            ("gp-lr-gf", float, 0.005), ("gp-vi-iters", int, 500)):
+        p.add_argument(f"--{name}", type=kind, default=default)
+    args = H.parse(p, {"dims": "5,20", "kappas": "10", "gauss_iters": 1000,
+                       "gauss_iters_50": 1000, "thm2_iters": 2000, "particles": "2,10,51",
+                       "lowrank_iters": 3000,
                        "blr_train": 1000, "blr_test": 1000, "blr_iters": 1000,
                        "numpyro_lrs": "0.01", "gp_train": 100, "gp_iters": 600},
-                   {"dims": "5,20,50", "kappas": "10,100", "gauss_iters": 3000, "gauss_iters_50": 2000,
-                    "thm2_iters": 6000, "particles": "2,5,10,20,51", "lowrank_iters": 6000,
+                   {"dims": "5,20,50", "kappas": "10,100", "gauss_iters": 3000,
+                    "gauss_iters_50": 2000, "thm2_iters": 6000, "particles": "2,5,10,20,51",
+                    "lowrank_iters": 6000,
                     "blr_train": 5000, "blr_test": 5000, "blr_iters": 2000,
                     "numpyro_lrs": "0.01,0.001", "gp_train": 200, "gp_iters": 2000})
     args.dims, args.kappas = H.csv(args.dims, int), H.csv(args.kappas, float)

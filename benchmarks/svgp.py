@@ -68,35 +68,29 @@ def configs(data, M):
         def agp_run(notes, natural=natural):
             lik = agp.likelihoods.Gaussian(NOISE) if reg else agp.likelihoods.Probit()
             model = agp.SVGP(agp.kernels.RBF(lengthscale=ls, variance=1.0), lik, Z, q="whitened")
-            r = H.AgpRunner(data, model, agp.QuadratureSVI(BATCH, STEP, natural=natural),
+            return H.AgpRunner(data, model, agp.QuadratureSVI(BATCH, STEP, natural=natural),
                             lr=LR, chunk=CHUNK, predict=lambda r: (*r.model.predict_f(
                                 data.X_test), float(r.model.likelihood.variance.value) if reg
-                                else 0.0))
-            r.warmup(sc)
-            return r
+                                else 0.0)).warmup(sc)
 
         def gpflow_run(notes, scheme=scheme):
             lik = gpflow.likelihoods.Gaussian(variance=NOISE) if reg else \
                 gpflow.likelihoods.Bernoulli()  # probit, GPflow's default
-            r = H.GpflowRunner(data, H.gpflow_svgp(Z, ls, lik, data.n), scheme, batch=BATCH,
+            return H.GpflowRunner(data, H.gpflow_svgp(Z, ls, lik, data.n), scheme, batch=BATCH,
                                lr=LR, predict=lambda r: (*(a.numpy() for a in r.model.predict_f(
                                    data.X_test)), float(r.model.likelihood.variance.numpy())
-                                   if reg else 0.0))
-            r.warmup(sc)
-            return r
+                                   if reg else 0.0)).warmup(sc)
 
         def gpytorch_run(notes, scheme=scheme, natural=natural):
             lik = gpytorch.likelihoods.GaussianLikelihood() if reg else \
                 gpytorch.likelihoods.BernoulliLikelihood()  # probit
             if reg:
                 lik.noise = NOISE
-            r = H.GpytorchRunner(data, H.gpytorch_svgp(Z, ls, natural=natural), lik, scheme,
+            return H.GpytorchRunner(data, H.gpytorch_svgp(Z, ls, natural=natural), lik, scheme,
                                  batch=BATCH, lr=LR, ngd=STEP,
                                  predict=lambda r: (*r.latent(data.X_test),
                                                     float(r.likelihood.noise.item()) if reg
-                                                    else 0.0))
-            r.warmup(sc)
-            return r
+                                                    else 0.0)).warmup(sc)
 
         for lib, run in zip(LIBRARIES, (agp_run, gpflow_run, gpytorch_run), strict=True):
             if lib not in H.SKIPPED:
@@ -150,16 +144,10 @@ def cells(res, key, c):
 
 def main():
     p = H.parser(__doc__)
-    p.add_argument("--datasets", default=None, help="comma-separated subset of "
-                   + ",".join(DATASETS))
-    p.add_argument("--n-train", type=int, default=None, help="subsample the training rows")
-    p.add_argument("--n-test", type=int, default=None, help="subsample the test rows")
-    p.add_argument("--M", type=int, default=100, help="inducing points")
+    H.race_options(p, "datasets", "n-train", "n-test", "M", "rounds", "margin", M=100)
     p.add_argument("--iters", type=int, default=None, help="iterations per training curve")
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--time-steps", type=int, default=None, help="iterations per timing round")
-    p.add_argument("--rounds", type=int, default=None, help="timing rounds")
-    p.add_argument("--margin", type=float, default=0.01, help="target = worst final + this")
     args = H.parse(p, {"datasets": "kin40k,a9a", "n_train": 2000, "n_test": 1000, "iters": 300,
                        "eval_every": 100, "time_steps": 100, "rounds": 2},
                    {"datasets": ",".join(DATASETS), "iters": 4000, "eval_every": 200,
@@ -171,10 +159,9 @@ def main():
     for name in H.csv(args.datasets):
         data = H.dataset(name, "time" if name == "electricity" else "auto", args.n_train,
                          args.n_test, scale_y=name in REGRESSION)
-        print(f"== {name}: n={data.n} test={len(data.y_test)} d={data.d} M={args.M}", flush=True)
         res = H.race(name, data, configs(data, args.M),
-                     H.Every(args.eval_every, args.iters), rounds=args.rounds,
-                     round_steps=args.time_steps)
+                     H.Schedule(every=args.eval_every, total=args.iters), rounds=args.rounds,
+                     round_steps=args.time_steps, M=args.M)
         analyse(res, args.margin)
         all_res.append(res)
     sizes = "; ".join(f"{r['name']}: n={r['data'].n}, test {len(r['data'].y_test)}, "
@@ -212,10 +199,8 @@ def main():
             "Ratios > 1 mean augmentedgp is faster. A failed run keeps the evaluations before "
             "its failure and does not set the target.", "",
             "### Verdict (targets: >= 3x GPflow's it/s; never slower to target)", "",
-            *verdicts(all_res), "", "### Test NLL curves (training seconds in brackets)", ""]
-    for res in all_res:
-        body += [f"**{res['name']}** ({res['seconds']:.0f} s for this dataset)", "",
-                 H.curves_table(res), ""]
+            *verdicts(all_res), "", "### Test NLL curves (training seconds in brackets)", "",
+            *H.curves_section(all_res)]
     text = H.report("SVGP: minibatch training against GPflow and GPyTorch", intro, body)
     H.finish(args, text, [{k: v for k, v in r.items() if k != "data"} for r in all_res])
 

@@ -1,25 +1,14 @@
 """X-GPC benchmark (thesis ch. 3, Table 1): augmented SVI against GPflow and GPyTorch.
 
-Classification (logistic likelihood) on a9a, ijcnn1, electricity and bank, M = 100 inducing
-inputs from k-means++ kept fixed, batch 100, kernel hyperparameters learned, one process:
+Logistic classification on a9a, ijcnn1, electricity and bank (M = 100 fixed k-means++
+inducing inputs, batch 100): augmentedgp ``AnalyticSVI`` (Polya-Gamma augmentation) and
+``QuadratureSVI``, GPflow SVGP and GPyTorch ApproximateGP with a logistic Bernoulli
+(NGD + Adam; Adam). Secondary: Student-t / Laplace regression (kin40k, protein, 5% training
+outliers) and Poisson / negative-binomial counts (bike, rwm5yr) against GPflow. Measured
+with ``harness.race``: it/s, test NLL / error against training time up to a budget, time to
+a common target NLL; every library's latent predictive scored by the same function.
 
-- augmentedgp ``AnalyticSVI(100)`` (X-GPC: Polya-Gamma augmentation, closed-form local and
-  natural-parameter steps, Robbins-Monro step by default) and, for reference,
-  ``QuadratureSVI(100, 0.1)`` with the same model;
-- GPflow SVGP with a logistic Bernoulli (``invlink=tf.sigmoid``): Adam(0.01) on everything,
-  and ``NaturalGradient(gamma=0.1)`` on q(u) + Adam(0.01) on the hyperparameters;
-- GPyTorch ApproximateGP with a logistic Bernoulli likelihood (a small subclass; its built-in
-  one is probit), Cholesky q + Adam(0.01), and natural q + ``NGD(lr=0.1)`` + Adam(0.01).
-
-Regression and counts (secondary): Student-t and Laplace regression on kin40k and protein
-with 5% outliers injected into the training targets; Poisson and negative-binomial counts on
-bike and rwm5yr; augmentedgp against GPflow's quadrature SVGP (GPflow has no negative
-binomial). Measured per (problem, configuration): iterations per second, the test NLL /
-error curve against training wall time up to a budget, the time to a common target NLL (the
-best peer's final test NLL + margin), final test error / RMSE / MAE and NLL; every library's
-latent predictive is scored by the same function.
-
-    /work/peers-venv/bin/python benchmarks/xgpc.py            # full run (~85 min), writes RESULTS.md
+    /work/peers-venv/bin/python benchmarks/xgpc.py            # full (~85 min), writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/xgpc.py --quick    # 3 problems, ~2 min, no write
 """
 
@@ -34,7 +23,7 @@ H.start("xgpc.py", peers=("gpflow", "gpytorch"))
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from harness import fmt, gpflow, gpytorch, label, ratio, tf, torch  # noqa: E402
+from harness import fmt, gpflow, gpytorch, label, tf, torch  # noqa: E402
 
 import augmentedgp as agp  # noqa: E402
 
@@ -169,11 +158,9 @@ def configs(data, lik, args):
                              q=AGP_Q[method])
             inf = (agp.AnalyticSVI(BATCH, args.agp_step_schedule) if method == "AnalyticSVI"
                    else agp.QuadratureSVI(BATCH, STEP))
-            r = H.AgpRunner(data, model, inf, lr=LR, chunk=args.chunk,
+            return H.AgpRunner(data, model, inf, lr=LR, chunk=args.chunk,
                             predict=lambda r: (*r.model.predict_f(data.X_test),
-                                               r.model.likelihood))
-            r.warmup(score)
-            return r
+                                               r.model.likelihood)).warmup(score)
         return build
 
     out[OURS], out[REF] = agp_run("AnalyticSVI"), agp_run("QuadratureSVI")
@@ -187,7 +174,7 @@ def configs(data, lik, args):
         return mean.numpy(), var.numpy(), scorer_lik
 
     def gpflow_run(scheme):
-        def make(ngd=H.GPFLOW_NGD[0]):
+        def make(ngd):
             G = gpflow.likelihoods
             like = {"logistic": lambda: G.Bernoulli(invlink=tf.sigmoid),
                     "studentt": lambda: G.StudentT(scale=SCALE0, df=STUDENT_DF),
@@ -197,22 +184,15 @@ def configs(data, lik, args):
                                                       learn_Z=False), scheme, batch=BATCH,
                                   lr=LR, ngd=ngd, predict=gpflow_predict)
 
-        def build(notes):
-            if scheme == "Adam":
-                r = make()
-                r.warmup(score)
-                return r
-            return H.gpflow_with_fallback(make, score, 100, notes, ("gpflow", scheme))
-        return build
+        return lambda notes: H.gpflow_build(make, score, notes, ("gpflow", scheme))
 
     def gpytorch_run(scheme):
         def build(notes):
-            r = H.GpytorchRunner(data, H.gpytorch_svgp(Z, ls, natural=scheme != "Adam",
+            return H.GpytorchRunner(data, H.gpytorch_svgp(Z, ls, natural=scheme != "Adam",
                                                        learn_Z=False), logistic_bernoulli(),
                                  scheme, batch=BATCH, lr=LR, ngd=STEP,
-                                 predict=lambda r: (*r.latent(data.X_test), L.Logistic()))
-            r.warmup(score)
-            return r
+                                 predict=lambda r: (*r.latent(data.X_test), L.Logistic())
+                                 ).warmup(score)
         return build
 
     if lik != "negbin" and "gpflow" not in H.SKIPPED:
@@ -221,8 +201,7 @@ def configs(data, lik, args):
     if task == "classification" and "gpytorch" not in H.SKIPPED:
         out["gpytorch", "NGD+Adam"], out["gpytorch", "Adam"] = gpytorch_run("NGD+Adam"), \
             gpytorch_run("Adam")
-    wanted = args.libraries and args.libraries.split(",")
-    return {k: v for k, v in out.items() if not wanted or k[0] in wanted or label(k) in wanted}
+    return H.select(out, args)
 
 
 # --- report ---------------------------------------------------------------------------------
@@ -234,17 +213,6 @@ def analyse(res, margin):
     res["summary"]["reference"] = "peers" if peers else "augmentedgp QuadratureSVI"
 
 
-def cells(res, key, c):
-    s, rate = res["summary"], res["rates"].get(key, {})
-    t = s.get("ttt", {}).get(key)
-    return [fmt(rate.get("median"), ".0f"), fmt(rate.get("best"), ".0f"), int(c[-1, 0]),
-            fmt(c[-1, 3], ".4f"), fmt(c[-1, 4], ".4f"),
-            fmt(c[-1, 2], ".4f") + (" (failed)" if key in res["failed"] else ""),
-            fmt(s.get("target"), ".4f"), fmt(t, ".2f", "not reached"),
-            "" if key == OURS else fmt(ratio(t, s.get("ours")), ".1f",
-                                       "AnalyticSVI never reached" if t is not None else "—")]
-
-
 def claims(all_res, margin):
     lines = []
     cls = [r for r in all_res if r["task"] == "classification"]
@@ -254,22 +222,7 @@ def claims(all_res, margin):
                      f"{margin}; 'faster' against the peer configuration that reached it first; "
                      "'equal or better NLL' = AnalyticSVI's final NLL <= the best peer's final "
                      "NLL + margin):")
-    for res in cls:
-        s = res["summary"]
-        if s["reference"] != "peers" or s["best"] is None:
-            lines.append(f"- {res['name']}: no peer result; not assessed.")
-            continue
-        ours, best = H.final(res, OURS), H.final(res, s["best"])
-        sp = s["speedup_fastest"]
-        holds = sp is not None and sp >= 10 and ours is not None and ours <= best + margin
-        lines.append(
-            f"- {res['name']}: best peer {label(s['best'])} (final NLL {best:.4f}); AnalyticSVI "
-            f"final NLL {fmt(ours, '.4f')}; time to target {fmt(s['ours'], '.2f', 'not reached')}"
-            " s vs " + (f"{s['ttt'][s['fastest']]:.2f} s ({label(s['fastest'])})"
-                        if s["fastest"] else "no peer reached it")
-            + f" -> speed-up {fmt(sp, '.1f', 'n/a')}x (against the best-NLL peer: "
-            + fmt(s["speedup_best"], ".1f", "n/a") + "x) -> **"
-            + ("holds" if holds else "does not hold") + "**.")
+    lines += [H.speedup_claim(res, OURS, margin) for res in cls]
     if cls:
         lines += ["", "**Target 2: >= 3,000 AnalyticSVI iterations per second at M = 100, batch "
                   f"100** (every library on {H.THREADS} thread(s)):"]
@@ -289,12 +242,8 @@ def claims(all_res, margin):
             continue
         ref = (f"best GPflow ({label(s['best'])})" if s["reference"] == "peers"
                else "augmentedgp QuadratureSVI (no peer)")
-        lines.append(
-            f"- {res['name']}: AnalyticSVI final NLL {fmt(H.final(res, OURS), '.4f')} vs {ref} "
-            f"{H.final(res, s['best']):.4f}; time to target {fmt(s['ours'], '.2f', 'not reached')}"
-            " s vs " + (f"{s['ttt'][s['fastest']]:.2f} s ({label(s['fastest'])})" if s["fastest"]
-                        else "never reached by the reference")
-            + f"; speed-up {fmt(s['speedup_fastest'], '.1f', 'n/a')}x.")
+        lines.append(f"- {res['name']}: AnalyticSVI final NLL {fmt(H.final(res, OURS), '.4f')} "
+                     f"vs {ref} {H.final(res, s['best']):.4f}; {H.speedup(s)}.")
     return lines
 
 
@@ -329,17 +278,11 @@ def intro(args, all_res):
         "`XiSqrtMeanVar`, then gamma 0.01 with `XiNat`; noted below), *Adam* = Adam on "
         "everything; GPyTorch (classification only): *NGD+Adam* = natural q + `NGD(lr=0.1)` + "
         "Adam, *Adam* = Cholesky q + Adam.", "",
-        f"**Measures.** *it/s*: {args.rounds} interleaved rounds of about "
-        f"{args.round_seconds:g} s per configuration from the initial state; median and best "
-        "round. *Curves*: from the common initial state until the training clock passes the "
-        f"budget ({args.budget:g} s for classification, {args.budget_regression:g} s for "
-        f"regression and counts), evaluated at the first iteration past each of "
-        f"{args.eval_points} geometric times (budget / 2000 to the budget); evaluations "
-        "excluded from the clock. *Target* = the best peer configuration's final test NLL + "
-        f"{args.margin} (negative binomial: QuadratureSVI's); *time to target* = the first "
-        "evaluation after iteration 0 at or below it. Scoring: each library's latent test "
-        "mean and variance and fitted likelihood parameters go into augmentedgp's "
-        "predictive densities.", "",
+        H.race_measures(args, 2000, "the best peer configuration's final test NLL "
+                        "(negative binomial: QuadratureSVI's)")
+        + f" Budgets: {args.budget:g} s (classification), {args.budget_regression:g} s "
+        "(regression, counts). Scoring: each library's latent test mean and variance and "
+        "fitted likelihood parameters go into augmentedgp's predictive densities.", "",
         "**Differences from the thesis' Table 1.** One split per dataset instead of 10-fold "
         "cross-validation; a fixed time budget and a common target NLL instead of each "
         "method's convergence rule; an ARD kernel; GPflow 2 and GPyTorch instead of GPflow "
@@ -349,31 +292,18 @@ def intro(args, all_res):
 def main():
     p = H.parser(__doc__)
     p.add_argument("--part", choices=("classification", "regression", "all"), default="all")
-    p.add_argument("--datasets", default=None, help="comma-separated subset of "
-                   + ",".join(CLASSIFICATION + REGRESSION + COUNTS))
     p.add_argument("--likelihoods", default=None,
                    help="comma-separated subset of logistic,studentt,laplace,poisson,negbin")
-    p.add_argument("--libraries", default=None,
-                   help="comma-separated library names or 'library scheme' labels")
-    p.add_argument("--n-train", type=int, default=None, help="subsample the training rows")
-    p.add_argument("--n-test", type=int, default=None, help="subsample the test rows")
-    p.add_argument("--M", type=int, default=100, help="inducing points")
+    H.race_options(p, "datasets", "libraries", "n-train", "n-test", "M", "rounds",
+                   "round-seconds", "eval-points", "margin", "agp-step", "chunk", M=100)
     p.add_argument("--budget", type=float, default=None, help="training seconds, classification")
     p.add_argument("--budget-regression", type=float, default=None,
                    help="training seconds, regression and counts")
-    p.add_argument("--rounds", type=int, default=None, help="timing rounds")
-    p.add_argument("--round-seconds", type=float, default=None, help="seconds per timing round")
-    p.add_argument("--eval-points", type=int, default=None, help="evaluations per curve")
-    p.add_argument("--margin", type=float, default=0.01, help="target = best peer NLL + this")
-    p.add_argument("--agp-step", default="rm", help="AnalyticSVI's natural step: 'rm' "
-                   "(Robbins-Monro (t + 1)^-0.51, its default) or a constant in (0, 1]")
-    p.add_argument("--chunk", type=int, default=50, help="augmentedgp's scan chunk")
     args = H.parse(p, {"datasets": "a9a,kin40k,bike", "likelihoods": "logistic,laplace,negbin",
                        "n_train": 2000, "n_test": 1000, "budget": 3.0, "budget_regression": 2.0,
                        "rounds": 2, "round_seconds": 0.2, "eval_points": 12},
                    {"budget": 100.0, "budget_regression": 40.0, "rounds": 3,
                     "round_seconds": 1.0, "eval_points": 40})
-    args.agp_step_schedule = None if args.agp_step == "rm" else float(args.agp_step)
     parts = ("classification", "regression") if args.part == "all" else (args.part,)
     names = list(CLASSIFICATION) * ("classification" in parts) \
         + list(REGRESSION + COUNTS) * ("regression" in parts)
@@ -385,26 +315,20 @@ def main():
     for name, lik in problems:
         data = cache[name] = cache.get(name) or load(name, args)
         budget = args.budget if task_of(name) == "classification" else args.budget_regression
-        print(f"== {name} {lik}: n={data.n} test={len(data.y_test)} d={data.d} M={args.M} "
-              f"budget {budget:g} s", flush=True)
         res = H.race(f"{name} {lik}", data, configs(data, lik, args),
                      H.geometric(budget, args.eval_points, 2000), rounds=args.rounds,
-                     round_seconds=args.round_seconds, budget=budget, task=task_of(name),
+                     round_seconds=args.round_seconds, budget=budget, task=task_of(name), M=args.M,
                      units=lambda k: args.chunk if k[0] == "augmentedgp" else 10)
         analyse(res, args.margin)
         all_res.append(res)
-    header = ["problem", "configuration", "it/s (median)", "it/s (best)", "iterations",
-              "final error / RMSE", "final MAE", "final NLL", "target NLL",
-              "time to target (s)", "time to target / AnalyticSVI's"]
     body = ["### Claims", "", *claims(all_res, args.margin), "", "### Results", "",
-            *H.config_table(all_res, header, cells), "",
+            *H.race_table(all_res, OURS, {3: "final error / RMSE", 4: "final MAE",
+                                          2: "final NLL"}), "",
             "`(best)`: the configuration whose final NLL sets the target. `time to target / "
             "AnalyticSVI's` > 1 means AnalyticSVI is faster. A failed run keeps its "
             "evaluations before the failure.", "",
-            "### Test NLL / error (or RMSE) at training times (iterations in brackets)", ""]
-    for res in all_res:
-        body += [f"**{res['name']}** ({res['seconds']:.0f} s for this problem)", "",
-                 H.curves_table(res, res["budget"]), ""]
+            "### Test NLL / error (or RMSE) at training times (iterations in brackets)", "",
+            *H.curves_section(all_res)]
     text = H.report("XGPC: augmented SVI vs GPflow / GPyTorch (thesis Table 1)",
                     intro(args, all_res), body)
     H.finish(args, text, [{k: v for k, v in r.items() if k != "data"} for r in all_res])
