@@ -882,13 +882,13 @@ def race_table(all_res, ours, metrics, extra=None) -> list[str]:
 
 def speedup(s) -> str:
     """'time to target a s vs b s (configuration) -> speed-up x' from ``summarise``."""
+    sec = lambda t: "not reached" if t is None else f"{t:.2f} s"
+    x = lambda q: "n/a" if q is None else f"{q:.1f}x"
     if s.get("fastest") is None:
-        return (f"time to target {fmt(s.get('ours'), '.2f', 'not reached')} s; no reference "
-                "configuration reached it")
-    return (f"time to target {fmt(s['ours'], '.2f', 'not reached')} s vs "
-            f"{s['ttt'][s['fastest']]:.2f} s ({label(s['fastest'])}) -> speed-up "
-            f"{fmt(s['speedup_fastest'], '.1f', 'n/a')}x (against the best, {label(s['best'])}: "
-            f"{fmt(s['speedup_best'], '.1f', 'n/a')}x)")
+        return f"time to target {sec(s.get('ours'))}; no reference configuration reached it"
+    return (f"time to target {sec(s['ours'])} vs {sec(s['ttt'][s['fastest']])} "
+            f"({label(s['fastest'])}) -> speed-up {x(s['speedup_fastest'])} (against the best, "
+            f"{label(s['best'])}: {x(s['speedup_best'])})")
 
 
 def speedup_claim(res, ours, margin, factor=10.0) -> str:
@@ -1024,6 +1024,13 @@ def machine() -> str:
            else "; JAX's CPU client created under a one-CPU affinity (an intra-op pool of one "
            "thread: jaxlib 0.10's batched LAPACK kernels can deadlock a 2-thread pool), every "
            "thread's affinity then restored")
+    try:  # the BLAS / OpenMP pools as threadpoolctl sees them
+        from threadpoolctl import threadpool_info
+
+        pin += "; pools: " + ", ".join(sorted({f"{p['internal_api']} ({p['num_threads']})"
+                                               for p in threadpool_info()}))
+    except ImportError:
+        pass
     return (f"nproc: {os.cpu_count()}; CPU: {cpu_model()}; platform: {platform.platform()}; "
             f"threads (--threads {THREADS}): {threads}{pin}")
 
