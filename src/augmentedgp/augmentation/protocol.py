@@ -251,7 +251,8 @@ def log_polya_gamma_density(b, x, terms: int = 200):
     alternating series 2^{b-1} / Gamma(b) sum_n (-1)^n Gamma(n + b) / n! (2n + b) /
     sqrt(2 pi x^3) e^{-(2n + b)^2 / (8x)}, ``terms`` terms). The series cancels far in the
     right tail: where the sum is below 1e-11 of its largest term (density < ~1e-11 of its
-    peak for b <~ 10), the density is returned as 0."""
+    peak for b <~ 10), or has not converged within ``terms`` terms, the density is returned
+    as 0."""
     b, x = jnp.broadcast_arrays(jnp.asarray(b, float), jnp.asarray(x, float))
     n = jnp.arange(terms, dtype=x.dtype)
     bb, xx = b[..., None], jnp.maximum(x, 1e-300)[..., None]
@@ -260,7 +261,8 @@ def log_polya_gamma_density(b, x, terms: int = 200):
                - (2.0 * n + bb) ** 2 / (8.0 * xx))
     top = jnp.max(log_abs, axis=-1)
     total = jnp.sum(jnp.where(n % 2 == 0, 1.0, -1.0) * jnp.exp(log_abs - top[..., None]), -1)
-    ok = (total > 1e-11) & (x > 0.0)
+    converged = log_abs[..., -1] < top - 40.0  # the terms left out are negligible
+    ok = (total > 1e-11) & (x > 0.0) & converged
     return jnp.where(ok, top + jnp.log(jnp.where(ok, total, 1.0)), -jnp.inf)
 
 

@@ -130,6 +130,40 @@ def count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:
     return arr
 
 
+@functools.lru_cache(maxsize=4)
+def legendre_nodes(n: int):
+    return np.polynomial.legendre.leggauss(n)  # for int_{-1}^{1} g(x) dx
+
+
+_PANEL_Z = (-12.0, -8.0, -5.0, -3.0, -1.5, 0.0, 1.5, 3.0, 5.0, 8.0, 12.0)
+
+
+def kinked_expectation(fn, mean, var, kinks, n: int = 20, log: bool = False):
+    """E[fn(f)] for f ~ N(mean, var), elementwise, where fn is smooth except at ``kinks``
+    (..., K): kinks, jumps or transitions narrower than the latent sd. Gauss-Legendre with
+    ``n`` nodes on each panel of z = (f - mean) / sd between {0, +-1.5, +-3, +-5, +-8, +-12}
+    (tail mass beyond 12: 1e-33) and the kinks inside that range, so that a kink is a panel
+    end and the rule converges as for a smooth integrand. ``fn`` maps latent values
+    (..., panels, n) to values of that shape. With ``log``: log E[exp(fn(f))], fn the log
+    of a positive function (logsumexp: no underflow). var = 0 gives fn(mean)."""
+    mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
+    kinks = jnp.asarray(kinks, float)
+    s = jnp.sqrt(jnp.maximum(var, 0.0))
+    pos = s > 0.0
+    zk = jnp.where(pos[..., None], (kinks - mean[..., None]) / jnp.where(pos, s, 1.0)[..., None],
+                   -12.0)
+    grid = jnp.broadcast_to(jnp.asarray(_PANEL_Z), mean.shape + (len(_PANEL_Z),))
+    z = jnp.sort(jnp.concatenate([grid, jnp.clip(zk, -12.0, 12.0)], -1), -1)
+    x, w = legendre_nodes(n)
+    half = 0.5 * (z[..., 1:] - z[..., :-1])
+    zz = 0.5 * (z[..., 1:] + z[..., :-1])[..., None] + half[..., None] * x  # (..., P, n)
+    f = mean[..., None, None] + s[..., None, None] * zz
+    log_weight = jnp.log(w * half[..., None]) - 0.5 * zz**2 - 0.5 * _LOG_2PI
+    if log:
+        return jax.scipy.special.logsumexp(fn(f) + log_weight, axis=(-2, -1))
+    return jnp.sum(fn(f) * jnp.exp(log_weight), axis=(-2, -1))
+
+
 def log_inv_gamma(w, shape, scale):
     """log density of InvGamma(shape, scale) at w > 0 (Laplace transform
     2 (scale t)^{shape/2} K_shape(2 sqrt(scale t)) / Gamma(shape))."""
