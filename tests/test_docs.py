@@ -142,7 +142,7 @@ def run_markdown(path: Path, text: str | None = None) -> dict:
         if lang in ("python", "py"):
             if expected:
                 raise AssertionError(f"{where}: exit markers apply to console blocks only")
-            code = compile("\n" * (line - 1) + body, str(path), "exec")
+            code = compile("\n" * (line - 1) + body, str(path), "exec", dont_inherit=True)
             exec(code, namespace)
         elif lang == "console":
             for cmd in console_commands(body):

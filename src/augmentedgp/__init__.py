@@ -36,10 +36,10 @@ from augmentedgp.inference import (
     ParticleFlow,
     QuadratureSVI,
     QuadratureVI,
-    VariationalGaussian,
     fit_gaussian,
     sample,
 )
+from augmentedgp.inference.flow import VariationalGaussian
 from augmentedgp.kernels import means
 from augmentedgp.models import (
     EP,

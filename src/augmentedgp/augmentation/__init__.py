@@ -6,12 +6,16 @@ from augmentedgp.augmentation.protocol import (
     Augmented,
     CountAux,
     PolyaGamma,
+    ScaleMixture,
     SuperGaussian,
     Tilt,
+    expected_h2,
     log_cosh,
     log_cosh_sqrt,
+    log_polya_gamma_density,
     tanh_ratio,
 )
 
-__all__ = ["Augmented", "CountAux", "PolyaGamma", "SuperGaussian", "Tilt", "log_cosh",
-           "log_cosh_sqrt", "tanh_ratio", "samplers"]
+__all__ = ["Augmented", "ScaleMixture", "PolyaGamma", "CountAux", "SuperGaussian", "Tilt",
+           "expected_h2", "log_cosh", "log_cosh_sqrt", "log_polya_gamma_density", "tanh_ratio",
+           "samplers"]

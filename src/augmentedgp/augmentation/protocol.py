@@ -1,25 +1,25 @@
 """Latent-variable augmentations: likelihoods made conditionally conjugate.
 
-A "super-Gaussian" likelihood (thesis ch. 5, eqs. 4-5) is, for each observation,
+A "super-Gaussian" likelihood ([Galy-Fajou2020, eqs. 4-5]) is, for each observation,
 
     p(y | f) = C(y) e^{g(y) f} phi(h^2),   h = a(y) + b(y) f,
 
 with phi completely monotone and phi(0) = 1. By Bernstein-Widder phi(r) = E_{p(w)} e^{-r w},
 so p(y | f) = int p(y | f, w) p(w) dw with p(y | f, w) = C e^{g f - w h^2}: given w, a
-Gaussian site in f (thesis ch. 5 Theorem 1, with the sign of g f corrected as in the errata).
-Everything variational inference needs follows from phi (thesis App. A.2, A.4):
+Gaussian site in f ([Galy-Fajou2020, Theorem 1]; the sign of g f in its proof, eq. 10, is +).
+Everything variational inference needs follows from phi ([Galy-Fajou2020, App. A.2, A.4]):
 
 - the optimal q(w) = pi(w | c), the prior tilted by e^{-c^2 w}, with c^2 = E_q[h^2];
-- E[w] = -d log phi(t)/dt at t = c^2 (no minus sign is dropped here; see the errata);
+- E[w] = -d log phi(t)/dt at t = c^2 ([Galy-Fajou2020, App. A.2]; mind the minus sign);
 - the site of f: log-potential (g - 2 E[w] a b) f - 1/2 (2 E[w] b^2) f^2;
 - KL(q(w) || p(w)) = -c^2 E[w] - log phi(c^2), so the augmented data term is
   log C + g E[f] - E[h^2] E[w] - KL, and at the optimal q(w) it collapses to
   log C + g E[f] + log phi(E[h^2]). It never exceeds the original E_q[log p(y | f)] =
   log C + g E[f] + E_q[log phi(h^2)] (Jensen: log phi is convex); the difference is the
-  augmentation gap (thesis App. A.4.3).
+  augmentation gap ([Galy-Fajou2020, App. A.4.3]).
 
 Gibbs sampling uses the same site with a draw in place of E[w]: the full conditional
-p(w | y, f) is the tilted law pi(w | |h|) (thesis ch. 5 Theorem 2), drawn by
+p(w | y, f) is the tilted law pi(w | |h|) ([Galy-Fajou2020, Theorem 2]), drawn by
 ``sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG; ``augmentedgp.samplers``),
 and ``sites(y, aux)`` is the Gaussian site given w.
 
@@ -68,7 +68,7 @@ class CountAux(NamedTuple):
 
 
 class Tilt(NamedTuple):
-    """q(w_i) = pi(w_i | c_i) (thesis ch. 5 eq. 7), stored as c_i^2."""
+    """q(w_i) = pi(w_i | c_i) ([Galy-Fajou2020, eq. 7]), stored as c_i^2."""
 
     c2: jax.Array
 
@@ -81,7 +81,7 @@ def log_cosh(x):
 
 def tanh_ratio(c):
     """tanh(c / 2) / (2 c) = E[PG(1, c)] (even in c), with its limit 1/4 at c = 0
-    (thesis ch. 3)."""
+    ([Wenzel2019, Sec. 3.1])."""
     small = jnp.abs(c) < 1e-4
     cs = jnp.where(small, 1.0, c)  # double-where: finite gradients at c = 0
     return jnp.where(small, 0.25 - c**2 / 48.0, jnp.tanh(0.5 * cs) / (2.0 * cs))
@@ -102,20 +102,6 @@ def _safe_sqrt(t):
 def expected_h2(s: SuperGaussian, mean, var):
     """E[h^2] = (a + b mean)^2 + b^2 var for f ~ N(mean, var)."""
     return (s.a + s.b * mean) ** 2 + s.b**2 * var
-
-
-class _OldName:
-    """A former private name of a public ``ScaleMixture`` method, kept for old callers: on
-    an instance it is that instance's method, on a class that class's (the ``ScaleMixture``
-    default where the class has none). Nothing needs to override it."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __get__(self, obj, cls=None):
-        if obj is not None:
-            return getattr(obj, self.name)
-        return getattr(cls, self.name, None) or getattr(ScaleMixture, self.name)
 
 
 class Augmented(eqx.Module):
@@ -140,11 +126,6 @@ class Augmented(eqx.Module):
     """
 
     gibbs_joint: ClassVar[bool] = True
-
-    # the names of the ScaleMixture methods before they were public (old callers)
-    _super_gaussian = _OldName("super_gaussian")
-    _log_phi = _OldName("log_phi")
-    _omega_mean = _OldName("omega_mean")
 
     @abc.abstractmethod
     def aux_posterior(self, y, mean, var):

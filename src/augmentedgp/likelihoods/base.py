@@ -14,9 +14,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
 
-from augmentedgp.augmentation.protocol import (
-    log_cosh_sqrt,
-)
+from augmentedgp.augmentation.protocol import log_cosh_sqrt
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
 from augmentedgp.core.validation import check_finite, check_y
 
@@ -89,8 +87,9 @@ class Likelihood(eqx.Module):
         return jax.vmap(jax.grad(lambda yi, fi: self.grad_log_prob(yi[None], fi[None])[0], 1))(y, f)
 
     def check_targets(self, y, name: str = "y"):
-        """Validated targets in the internal encoding (raises ValueError)."""
-        return y
+        """Validated targets in the internal encoding (raises ValueError); by default
+        finite real numbers."""
+        return check_finite(y, name)
 
     def targets(self, y, n: int, name: str = "y"):
         """``check_targets`` of a numeric vector of n targets (an (n, 1) column is accepted)."""
@@ -103,7 +102,7 @@ class Likelihood(eqx.Module):
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         """E_{N(f | mean, var)}[log p(y | f)], elementwise: the data term of the ELBO
-        (seed 001 eq. 3.3). Gauss-Hermite with ``n`` nodes (None: the likelihood's default,
+        ([Hensman2015]). Gauss-Hermite with ``n`` nodes (None: the likelihood's default,
         20 here) unless a closed form exists; ``key`` seeds the likelihoods that use Monte
         Carlo (ignored by the others)."""
         n = 20 if n is None else n

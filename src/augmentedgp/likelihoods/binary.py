@@ -9,21 +9,12 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr, ndtr
 
+import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
-from augmentedgp.augmentation.protocol import (
-    PolyaGamma,
-    ScaleMixture,
-    SuperGaussian,
-)
+from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussian
 from augmentedgp.core.quadrature import gauss_hermite
 from augmentedgp.core.validation import check_binary
-from augmentedgp.likelihoods.base import (
-    Likelihood,
-    kinked_expectation,
-    laguerre_nodes,
-    log_inv_gamma,
-    sqrt_floor,
-)
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -61,7 +52,7 @@ class Bernoulli(Likelihood):
 
 class Logistic(Bernoulli, PolyaGamma):
     """p(y | f) = 1 / (1 + exp(-y f)) = e^{y f / 2} / (2 cosh(f / 2)); augmented with
-    Polya-Gamma variables, q(w) = PG(1, c) (thesis ch. 3)."""
+    Polya-Gamma variables, q(w) = PG(1, c) ([Wenzel2019, Sec. 3.1])."""
 
     pg_method = "devroye"  # b = 1: exact
 
@@ -77,7 +68,7 @@ class Logistic(Bernoulli, PolyaGamma):
         return -jax.nn.softplus(-y * f)
 
     def grad_log_prob(self, y, f):
-        return y * jax.nn.sigmoid(-y * f)  # = (y + 1)/2 - sigmoid(f)   (seed 002 A.6)
+        return y * jax.nn.sigmoid(-y * f)  # = (y + 1)/2 - sigmoid(f)   ([Rasmussen2006, Sec. 3.4])
 
     def hess_log_prob(self, y, f):
         return -jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
@@ -92,7 +83,7 @@ class Logistic(Bernoulli, PolyaGamma):
         """
         mean, var = jnp.asarray(mean), jnp.asarray(var)
         small = gauss_hermite(jax.nn.sigmoid, mean, var, 64)
-        x, w = laguerre_nodes()
+        x, w = base.laguerre_nodes()
         v = jnp.maximum(var, 1e-12)[..., None]
         m = mean[..., None]
         dens = lambda t: jnp.exp(-0.5 * (t - m) ** 2 / v) / jnp.sqrt(2.0 * math.pi * v)
@@ -155,21 +146,21 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         ~1e-12, where 100-node Gauss-Hermite was off by up to 1.4e-4)."""
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
-        return kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
+        return base.kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
 
     def super_gaussian(self, y):
         return SuperGaussian(-1.0, y, 1.0, -y)
 
     def log_phi(self, y, t):
-        return -sqrt_floor(t)
+        return -base.sqrt_floor(t)
 
     def log_mixing_density(self, y, w):
         """Levy: InvGamma(1/2, scale 1/4), whose Laplace transform is e^{-sqrt t}."""
-        return log_inv_gamma(w, 0.5, 0.25)
+        return base.log_inv_gamma(w, 0.5, 0.25)
 
     def omega_mean(self, y, t):
-        return 0.5 / sqrt_floor(t)
+        return 0.5 / base.sqrt_floor(t)
 
     def sample_omega(self, key, y, t):
         # e^{-sqrt t} = E e^{-t w}, w ~ Levy(1/2); tilted: inverse Gaussian(1 / (2c), 1/2)
-        return samplers.inverse_gaussian(key, 0.5 / sqrt_floor(t), 0.5)
+        return samplers.inverse_gaussian(key, 0.5 / base.sqrt_floor(t), 0.5)

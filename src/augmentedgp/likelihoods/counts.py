@@ -12,20 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
-from augmentedgp.augmentation import samplers
-from augmentedgp.augmentation.protocol import (
-    Augmented,
-    CountAux,
-    PolyaGamma,
-    SuperGaussian,
-    log_cosh_sqrt,
-    tanh_ratio,
-)
+from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
+from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussian
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.likelihoods.base import (
-    Likelihood,
-    count_targets,
-)
+from augmentedgp.likelihoods.base import Likelihood, count_targets
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -85,10 +75,11 @@ class PoissonTilt(NamedTuple):
 
 
 class LogisticPoisson(Likelihood, Augmented):
-    """y ~ Poisson(rate * sigmoid(f)): counts with a bounded intensity (Donner & Opper 2018;
-    thesis ch. 4 and 7). Augmentation: e^{-rate sigmoid(f)} = e^{-rate} sum_n (rate
-    sigmoid(-f))^n / n! adds a latent count n | f ~ Po(rate sigmoid(-f)) (sigma(-f), as the
-    errata correct), then sigmoid(f)^y sigmoid(-f)^n is Polya-Gamma with b = y + n. The
+    """y ~ Poisson(rate * sigmoid(f)): counts with a bounded intensity ([Donner2018];
+    the Poisson augmentation of [Galy-Fajou2019, Sec. 3.2]). Augmentation: e^{-rate sigmoid(f)}
+    = e^{-rate} sum_n (rate sigmoid(-f))^n / n! adds a latent count n | f ~ Po(rate sigmoid(-f))
+    (sigma(-f): the conditional printed in [Galy-Fajou2019, Sec. 3.2] has sigma(f)), then
+    sigmoid(f)^y sigmoid(-f)^n is Polya-Gamma with b = y + n. The
     optimal q(n) is Poisson with mean rate e^{-m/2} / (2 cosh(c/2)), c^2 = E[f^2]."""
 
     support = "counts"
@@ -121,7 +112,8 @@ class LogisticPoisson(Likelihood, Augmented):
         return 0.5 * (y - q_aux.n_mean), b * tanh_ratio(jnp.sqrt(q_aux.c2))
 
     def sample_aux(self, key, y, f):
-        """n ~ Po(rate sigmoid(-f)), then w ~ PG(y + n, |f|) / 2 (the errata's sigma(-f))."""
+        """n ~ Po(rate sigmoid(-f)), then w ~ PG(y + n, |f|) / 2 (sigma(-f), not the sigma(f)
+        printed in [Galy-Fajou2019, Sec. 3.2])."""
         kn, kw = jax.random.split(key)
         n = jax.random.poisson(kn, self.rate.value * jax.nn.sigmoid(-f)).astype(f.dtype)
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, y + n, f))

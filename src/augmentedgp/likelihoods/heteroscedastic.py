@@ -13,11 +13,7 @@ from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
-from augmentedgp.likelihoods.base import (
-    MultiLatent,
-    check_finite,
-    log_2cosh_half,
-)
+from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -34,20 +30,21 @@ class HeteroTilt(NamedTuple):
 
 class HeteroscedasticGaussian(MultiLatent, Augmented):
     """y ~ N(f, 1 / (precision * sigmoid(g))): latent 0 is the mean f, latent 1 the noise
-    function g (thesis 7.2, eq. 7.1; the sigmoid link makes the augmentation possible).
+    function g ([Galy-Fajou2022, Sec. 7.2.1, eq. 7.1]; the sigmoid link makes the
+    augmentation possible).
 
-    Augmented inference uses the thesis' double bound: with E_i = E_q[(y_i - f_i)^2], the
-    data term E_q[log p(y | f, g)] is exact in f and its g part
+    Augmented inference uses the double bound of [Galy-Fajou2022, Sec. 7.2.1]: with
+    E_i = E_q[(y_i - f_i)^2], the data term E_q[log p(y | f, g)] is exact in f and its g part
     sqrt(sigmoid(g)) exp(-(precision E_i / 2) sigmoid(g)) is augmented with
-    n_i ~ Po(precision E_i sigmoid(-g_i) / 2) and a Polya-Gamma w_i (eq. 7.3 with the
-    errata: g^2 w, not g^2 / w). At the optimal q(n, w) the bound per point is
+    n_i ~ Po(precision E_i sigmoid(-g_i) / 2) and a Polya-Gamma w_i (its eq. 7.3,
+    corrected: g^2 w, not g^2 / w). At the optimal q(n, w) the bound per point is
 
         log(precision / 2 pi) / 2 + m_g / 4 - log(2 cosh(c/2)) / 2 - precision E (1 - psi) / 2,
 
     c^2 = E[g^2], psi = e^{-m_g/2} / (2 cosh(c/2)); its sites are f: precision (1 - psi)
     on y, and g: beta = (1/2 - E n) / 2, gamma = (1/2 + E n) tanh(c/2) / (2c) with
-    E n = precision E psi / 2 (Algorithm 3 with the errata: no square roots, and the minus
-    sign in the g potential).
+    E n = precision E psi / 2 ([Galy-Fajou2022, Algorithm 3], corrected: no square roots,
+    and the minus sign in the g potential).
     """
 
     precision: Parameter
@@ -58,9 +55,6 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
     @property
     def num_latent(self) -> int:
         return 2
-
-    def check_targets(self, y, name: str = "y"):
-        return check_finite(y, name)
 
     def log_prob(self, y, f):
         f, g = f[..., 0], f[..., 1]
@@ -119,12 +113,12 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         return beta, gamma
 
     # f and g are not independent given (n, w): Gibbs draws f | g (n, w integrated out),
-    # then (n, w) | f, g, then g | n, w (thesis 7.2 Algorithm 2, collapsed in f)
+    # then (n, w) | f, g, then g | n, w ([Galy-Fajou2022, Algorithm 2], collapsed in f)
     gibbs_joint = False
 
     def sample_aux(self, key, y, f):
         """n ~ Po(precision sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2
-        (thesis 7.2 Algorithm 2)."""
+        ([Galy-Fajou2022, Sec. 7.2.1, Algorithm 2])."""
         f, g = f[..., 0], f[..., 1]
         kn, kw = jax.random.split(key)
         rate = 0.5 * self.precision.value * jax.nn.sigmoid(-g) * (y - f) ** 2
@@ -132,8 +126,9 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, 0.5 + n, g), jax.nn.sigmoid(g))
 
     def sites(self, y, aux):
-        """f: precision * sigmoid(g) on y (exact, collapsed over n and w; the errata's y,
-        not y / 2); g: beta = (1/2 - n) / 2, gamma = PG draw."""
+        """f: precision * sigmoid(g) on y (exact, collapsed over n and w; y, not the
+        y / 2 printed in [Galy-Fajou2022, Algorithm 2]);
+        g: beta = (1/2 - n) / 2, gamma = PG draw."""
         prec_f = self.precision.value * aux.sigmoid_g
         return (jnp.stack([prec_f * y, 0.5 * (0.5 - aux.n)], -1),
                 jnp.stack([prec_f, 2.0 * aux.w], -1))

@@ -12,18 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr, logsumexp, xlogy
 
+import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, fixed, positive
 from augmentedgp.core.quadrature import gauss_hermite
 from augmentedgp.core.validation import check_vector
-from augmentedgp.likelihoods.base import (
-    MultiLatent,
-    check_samples,
-    kinked_expectation,
-    log_2cosh_half,
-    mc_expectation,
-)
+from augmentedgp.likelihoods.base import MultiLatent
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -112,20 +107,21 @@ class SoftmaxTilt(NamedTuple):
 
 
 class LogisticSoftmax(Categorical, Augmented):
-    """p(y = k | f) = sigmoid(f_k) / sum_c sigmoid(f_c) (thesis ch. 4 eq. 5).
+    """p(y = k | f) = sigmoid(f_k) / sum_c sigmoid(f_c) ([Galy-Fajou2019, eq. 5]).
 
-    Augmentation (thesis ch. 4 eqs. 6-9, with the errata's sigma(-f)): 1 / sum_c sigmoid(f_c)
+    Augmentation ([Galy-Fajou2019, eqs. 6-9]; the conditional of n printed in its Sec. 3.2
+    has sigma(f) where sigma(-f) is meant): 1 / sum_c sigmoid(f_c)
     = int_0^inf exp(-lambda sum_c sigmoid(f_c)) d lambda, each exp(-lambda sigmoid(f_c)) a
     Poisson series in sigmoid(-f_c) with counts n^c ~ Po(lambda), and sigmoid(f)^y
     sigmoid(-f)^n a Polya-Gamma mixture. Here lambda is integrated out in closed form
-    (thesis 7.4.1): the counts are negative multinomial, so the optimal q(n) is too, with
-    E[n^c] = psi_c / (C - sum_j psi_j), psi_c = e^{-m_c/2} / (2 cosh(c_c / 2)) and
+    ([Galy-Fajou2022, Sec. 7.4.1]): the counts are negative multinomial, so the optimal q(n)
+    is too, with E[n^c] = psi_c / (C - sum_j psi_j), psi_c = e^{-m_c/2} / (2 cosh(c_c / 2)) and
     c_c^2 = E[f_c^2]; no inner loop between q(lambda) and q(n). The bound at the optimal
     q(n, w) is, per point,
 
         m_y / 2 - log(2 cosh(c_y / 2)) - log(sum_c (1 - psi_c)),
 
-    never below the thesis' mean-field q(lambda) q(n) q(w) bound and never above
+    never below the mean-field q(lambda) q(n) q(w) bound of [Galy-Fajou2019] and never above
     E_q[log p(y | f)]. ``num_samples`` Monte Carlo draws estimate E_q[log sum_c sigmoid(f_c)]
     in the non-augmented bound (QuadratureVI); ``predict_samples`` quasi-Monte Carlo points
     integrate the class probabilities.
@@ -136,7 +132,7 @@ class LogisticSoftmax(Categorical, Augmented):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = check_samples(num_samples, predict_samples)
+        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
 
     @staticmethod
     def _log_probs(F):
@@ -153,26 +149,28 @@ class LogisticSoftmax(Categorical, Augmented):
         pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
         first = gauss_hermite(jax.nn.log_sigmoid, pick(mean), pick(var), n)
         lse = lambda F: logsumexp(jax.nn.log_sigmoid(F), axis=-1)
-        return first - mc_expectation(lse, mean, var, self.num_samples, key)
+        return first - base.mc_expectation(lse, mean, var, self.num_samples, key)
 
     def predict_proba(self, mean, var):
-        return mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
+        return base.mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
                                self.predict_samples)
 
     def aux_posterior(self, y, mean, var):
         c2 = mean**2 + var
-        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))  # "sigma~" of thesis 7.4, corrected
+        # psi: the "sigma~" of [Galy-Fajou2022, Sec. 7.4.2, Algorithm 5], corrected
+        psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
         return SoftmaxTilt(c2, psi / (self.num_latent - jnp.sum(psi, -1, keepdims=True)))
 
     def aux_sites(self, y, q_aux):
         """beta^c = (y^c - E n^c) / 2, gamma^c = E[w^c] = (y^c + E n^c) tanh(c/2) / (2c)
-        (thesis 7.4 Algorithm 5; ch. 4 eqs. 14-16 as reconstructed in the notes)."""
+        ([Galy-Fajou2022, Sec. 7.4.2, Algorithm 5]; with lambda kept, the updates of
+        [Galy-Fajou2019, Algorithm 1], re-derived from the conditionals of its Sec. 3.2)."""
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         return 0.5 * (Y - q_aux.n_mean), (Y + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))
 
     def sample_aux(self, key, y, f):
-        """(n, w) ~ p(n, w | y, F) (thesis 7.4 Algorithm 4): the negative multinomial n is
-        drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
+        """(n, w) ~ p(n, w | y, F) ([Galy-Fajou2022, Sec. 7.4.2, Algorithm 4]): the negative
+        multinomial n is drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
         exp(-lambda sigmoid(f_c)) is the n^c series), n^c ~ Po(lambda sigmoid(-f_c)), then
         w^c ~ PG(y^c + n^c, |f^c|) / 2."""
         kl, kn, kw = jax.random.split(key, 3)
@@ -182,7 +180,7 @@ class LogisticSoftmax(Categorical, Augmented):
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, f))
 
     def sites(self, y, aux):
-        """beta^c = (y^c - n^c) / 2, gamma^c = PG draw (Algorithm 4)."""
+        """beta^c = (y^c - n^c) / 2, gamma^c = PG draw ([Galy-Fajou2022, Algorithm 4])."""
         Y = jax.nn.one_hot(y, self.num_latent, dtype=aux.w.dtype)
         return 0.5 * (Y - aux.n), 2.0 * aux.w
 
@@ -196,15 +194,15 @@ class LogisticSoftmax(Categorical, Augmented):
         lambda integrated out, minus log q(n))."""
         if q_aux is None:
             c2 = mean**2 + var
-            psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
+            psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
             pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
-            return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
+            return (0.5 * pick(mean) - base.log_2cosh_half(pick(c2))
                     - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         mu = q_aux.n_mean
         e_w = 0.5 * (Y + mu) * tanh_ratio(jnp.sqrt(q_aux.c2))
         per_class = (0.5 * (Y - mu) * mean - e_w * (mean**2 + var - q_aux.c2)
-                     - (Y + mu) * log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
+                     - (Y + mu) * base.log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
         m1 = jnp.sum(mu, -1) + 1.0
         return jnp.sum(per_class, -1) + m1 * (jnp.log(m1) - math.log(self.num_latent))
 
@@ -218,7 +216,7 @@ class Softmax(Categorical):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = check_samples(num_samples, predict_samples)
+        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
 
     def log_prob(self, y, f):
         return jnp.take_along_axis(jax.nn.log_softmax(f, -1), jnp.asarray(y)[..., None],
@@ -227,10 +225,10 @@ class Softmax(Categorical):
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         pick = jnp.take_along_axis(mean, jnp.asarray(y)[:, None], 1)[:, 0]
         lse = lambda F: logsumexp(F, axis=-1)
-        return pick - mc_expectation(lse, mean, var, self.num_samples, key)
+        return pick - base.mc_expectation(lse, mean, var, self.num_samples, key)
 
     def predict_proba(self, mean, var):
-        return mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
+        return base.mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
                                self.predict_samples)
 
 
@@ -274,7 +272,7 @@ class RobustMax(Categorical):
             return jnp.exp(jnp.sum(jnp.where(others[:, None, None, :], log_phi, 0.0), -1))
 
         rises = (mean[..., None] + s[..., None] * jnp.asarray([-6.0, 0.0, 6.0]))
-        return kinked_expectation(product, pick(mean), pick(var),
+        return base.kinked_expectation(product, pick(mean), pick(var),
                                   rises.reshape(mean.shape[0], -1), self.n_points)
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):

@@ -11,12 +11,18 @@ from jax.scipy.special import gammaln
 
 from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.validation import check_finite
-from augmentedgp.likelihoods.base import (
-    Likelihood,
-)
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
+
+
+def _inside(y, name, lo, hi, what):
+    """Finite targets strictly inside (lo, hi), else a ValueError naming the range found."""
+    arr = check_finite(y, name)
+    if np.any((arr <= lo) | (arr >= hi)):
+        raise ValueError(f"{name} must be {what}, got values in [{arr.min()}, {arr.max()}]")
+    return arr
 
 
 class Gamma(Likelihood):
@@ -29,11 +35,7 @@ class Gamma(Likelihood):
         self.shape = positive(shape, "gamma shape")
 
     def check_targets(self, y, name: str = "y"):
-        arr = check_finite(y, name)
-        if np.any(arr <= 0):
-            raise ValueError(f"y must be strictly positive for a Gamma likelihood, "
-                             f"got minimum {arr.min()}")
-        return arr
+        return _inside(y, name, 0.0, np.inf, "strictly positive for a Gamma likelihood")
 
     def log_prob(self, y, f):
         k = self.shape.value
@@ -77,11 +79,7 @@ class Beta(Likelihood):
         self.precision = positive(precision, "beta precision")
 
     def check_targets(self, y, name: str = "y"):
-        arr = check_finite(y, name)
-        if np.any((arr <= 0) | (arr >= 1)):
-            raise ValueError(f"y must lie strictly inside (0, 1) for a Beta likelihood, "
-                             f"got values in [{arr.min()}, {arr.max()}]")
-        return arr
+        return _inside(y, name, 0.0, 1.0, "inside (0, 1) for a Beta likelihood")
 
     def log_prob(self, y, f):
         phi = self.precision.value

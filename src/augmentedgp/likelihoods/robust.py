@@ -9,21 +9,11 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import erf, gammaln, log_ndtr
 
+import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
-from augmentedgp.augmentation.protocol import (
-    ScaleMixture,
-    SuperGaussian,
-)
+from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussian
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.validation import check_finite
-from augmentedgp.likelihoods.base import (
-    Likelihood,
-    kinked_expectation,
-    log_gamma_density,
-    log_inv_gamma,
-    sqrt_floor,
-    uniform_nodes,
-)
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -63,7 +53,7 @@ class Gaussian(Likelihood, ScaleMixture):
         return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v)
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
-        s2 = self.variance.value  # closed form (seed 001 A.4)
+        s2 = self.variance.value  # closed form
         return -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2)
 
     def super_gaussian(self, y):
@@ -90,7 +80,7 @@ class StudentT(Likelihood, ScaleMixture):
 
     Augmentation: a gamma scale mixture of Gaussians, h = (f - y) / scale,
     phi(t) = (1 + t / df)^{-(df + 1)/2}, q(w) = Gamma((df + 1)/2, rate df + c^2)
-    (thesis ch. 5 Table 1, normaliser corrected to Gamma(df / 2) as in the errata)."""
+    ([Galy-Fajou2020, Table 1]; the table of its App. A.6 has Gamma(df) for Gamma(df / 2))."""
 
     df: Parameter
     scale: Parameter
@@ -98,9 +88,6 @@ class StudentT(Likelihood, ScaleMixture):
     def __init__(self, df=3.0, scale=1.0):
         self.df = positive(df, "Student-t degrees of freedom")
         self.scale = positive(scale, "Student-t scale")
-
-    def check_targets(self, y, name: str = "y"):
-        return check_finite(y, name)
 
     def log_prob(self, y, f):
         nu, s = self.df.value, self.scale.value
@@ -136,7 +123,7 @@ class StudentT(Likelihood, ScaleMixture):
         d, v = jnp.broadcast_arrays(d, v)
         # below lo the integrand is ~ e^t (v + d^2)/c < 1e-16 of the result; above hi e^{-e^t}
         lo = jax.lax.stop_gradient(-37.0 - jnp.log1p((v + d**2) / c))
-        t, h = uniform_nodes(lo, math.log(40.0), n)
+        t, h = base.uniform_nodes(lo, math.log(40.0), n)
         u = jnp.exp(t)
         vv, dd = v[..., None], d[..., None]
         g = 0.5 * jnp.log1p(2.0 * u * vv / c) + u * dd**2 / (c + 2.0 * u * vv)
@@ -157,7 +144,7 @@ class StudentT(Likelihood, ScaleMixture):
         lo = -jnp.minimum(jnp.sqrt(80.0 / b), jnp.log1p(80.0 / b) + 5.0)
         peak = jnp.maximum(0.0, jnp.log(jnp.maximum(d2 + v, 1e-300) / s2))
         hi = peak + jnp.sqrt(80.0 / b) + 40.0 / (b + 0.5)
-        t, h = uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), 512)
+        t, h = base.uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), 512)
         tot = v[..., None] + s2 * jnp.exp(t)
         log_f = (b * jnp.log(b) - gammaln(b) - b * (t + jnp.exp(-t))  # InvGamma(w) dw/dt
                  - 0.5 * (_LOG_2PI + jnp.log(tot) + d2[..., None] / tot))
@@ -186,7 +173,7 @@ class StudentT(Likelihood, ScaleMixture):
     def log_mixing_density(self, y, w):
         """Gamma((df + 1) / 2, rate df)."""
         nu = self.df.value
-        return log_gamma_density(w, 0.5 * (nu + 1.0), nu)
+        return base.log_gamma_density(w, 0.5 * (nu + 1.0), nu)
 
     def omega_mean(self, y, t):
         nu = self.df.value
@@ -203,15 +190,12 @@ class Laplace(Likelihood, ScaleMixture):
     """p(y | f) = exp(-|y - f| / scale) / (2 scale).
 
     Augmentation: h = f - y, phi(t) = exp(-sqrt(t) / scale); q(w) is inverse Gaussian with
-    mean 1 / (2 scale c) (thesis ch. 5 Table 1)."""
+    mean 1 / (2 scale c) ([Galy-Fajou2020, Table 1])."""
 
     scale: Parameter
 
     def __init__(self, scale=1.0):
         self.scale = positive(scale, "Laplace scale")
-
-    def check_targets(self, y, name: str = "y"):
-        return check_finite(y, name)
 
     def log_prob(self, y, f):
         b = self.scale.value
@@ -259,34 +243,32 @@ class Laplace(Likelihood, ScaleMixture):
         return SuperGaussian(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)
 
     def log_phi(self, y, t):
-        return -sqrt_floor(t) / self.scale.value
+        return -base.sqrt_floor(t) / self.scale.value
 
     def log_mixing_density(self, y, w):
         """Levy: InvGamma(1/2, scale 1 / (4 scale^2)), Laplace transform e^{-sqrt(t) / scale}."""
-        return log_inv_gamma(w, 0.5, 0.25 / self.scale.value**2)
+        return base.log_inv_gamma(w, 0.5, 0.25 / self.scale.value**2)
 
     def omega_mean(self, y, t):
-        return 0.5 / (self.scale.value * sqrt_floor(t))
+        return 0.5 / (self.scale.value * base.sqrt_floor(t))
 
     def sample_omega(self, key, y, t):
         # e^{-sqrt(t) / s} = E e^{-t w}, w ~ Levy(1 / (2 s^2)); tilted: inverse Gaussian
         s = self.scale.value
-        return samplers.inverse_gaussian(key, 0.5 / (s * sqrt_floor(t)), 0.5 / s**2)
+        return samplers.inverse_gaussian(key, 0.5 / (s * base.sqrt_floor(t)), 0.5 / s**2)
 
 
 class Matern32(Likelihood, ScaleMixture):
     """Matern-3/2 noise: p(y | f) = (a / 4) (1 + a |y - f|) e^{-a |y - f|}, a = sqrt(3) /
-    scale (the thesis' new likelihood from a kernel profile, ch. 5). Augmentation: h = f - y,
-    phi(t) = (1 + a sqrt t) e^{-a sqrt t} (the errata's reading), q(w) generalised inverse
-    Gaussian with mean a^2 / (2 (1 + a c)); noise variance 4 scale^2 / 3."""
+    scale (the likelihood [Galy-Fajou2020] builds from a kernel profile). Augmentation:
+    h = f - y, phi(t) = (1 + a sqrt t) e^{-a sqrt t} (its Table 1 and App. A.6 print r where
+    sqrt r is meant), q(w) generalised inverse Gaussian with mean a^2 / (2 (1 + a c)); noise
+    variance 4 scale^2 / 3."""
 
     scale: Parameter
 
     def __init__(self, scale=1.0):
         self.scale = positive(scale, "Matern-3/2 noise scale")
-
-    def check_targets(self, y, name: str = "y"):
-        return check_finite(y, name)
 
     def _a(self):
         return math.sqrt(3.0) / self.scale.value
@@ -303,12 +285,12 @@ class Matern32(Likelihood, ScaleMixture):
         """Gauss-Legendre split at the kink f = y (``kinked_expectation``, ``n`` nodes per
         panel, None: 20); Gauss-Hermite over the kink was off by ~2e-3 at var = 2."""
         n = 20 if n is None else n
-        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
+        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
                                   self._kinks(y), n)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y | f) N(f | mean, var) df, Gauss-Legendre split at the kink f = y."""
-        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
+        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
                                   self._kinks(y), 20, log=True)
 
     def conditional_mean(self, f):
@@ -325,17 +307,17 @@ class Matern32(Likelihood, ScaleMixture):
 
     def log_phi(self, y, t):
         a = self._a()
-        ac = a * sqrt_floor(t)
+        ac = a * base.sqrt_floor(t)
         # log1p(x) - x = -x^2/2 + x^3/3 - ... : smooth in t at t = 0
         return jnp.where(ac < 1e-5, -0.5 * a**2 * t + a**3 * t**1.5 / 3.0, jnp.log1p(ac) - ac)
 
     def log_mixing_density(self, y, w):
         """InvGamma(3/2, scale a^2 / 4), Laplace transform (1 + a sqrt t) e^{-a sqrt t}."""
-        return log_inv_gamma(w, 1.5, 0.25 * self._a() ** 2)
+        return base.log_inv_gamma(w, 1.5, 0.25 * self._a() ** 2)
 
     def omega_mean(self, y, t):
         a = self._a()
-        return 0.5 * a**2 / (1.0 + a * sqrt_floor(t))
+        return 0.5 * a**2 / (1.0 + a * base.sqrt_floor(t))
 
     def sample_omega(self, key, y, t):
         # (1 + a sqrt t) e^{-a sqrt t} = E e^{-t w}, w ~ InvGamma(3/2, a^2 / 4); tilted:
