@@ -75,7 +75,7 @@ def features(frame, where, names=None, exclude=(), role: str = "feature"):
 def target(frame, name, where, numeric: bool = True) -> np.ndarray:
     """The (n,) target column ``name`` (labels of any type when not ``numeric``)."""
     if name not in frame.columns:
-        raise ValueError(f"{where} has no target column {name!r}: it is not among the "
+        raise ValueError(f"{where} has no target column {name!r}; {name!r} is not among the "
                          f"columns {list(frame.columns)[:20]}")
     check_columns(frame, [name], where, numeric=numeric)
     return frame[name].to_numpy(copy=True)
