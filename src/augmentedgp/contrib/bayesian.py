@@ -1,5 +1,5 @@
-"""Parametric Bayesian models as :class:`~augmentedgp.flow.Target` s for the Gaussian flows
-([Galy-Fajou2021, Secs. 4.5-4.6]): logistic regression and a small multi-layer perceptron
+"""Parametric Bayesian models as :class:`~augmentedgp.inference.flow.Target` s for the Gaussian
+flows ([Galy-Fajou2021, Secs. 4.5-4.6]): logistic regression and a small multi-layer perceptron
 classifier. Their ``data`` are (X, y), so ``batch_size`` minibatches work; predictions
 average the model over draws from the fitted Gaussian,
 p(y = k | x*) ~ (1/S) sum_s p(y = k | x*, w_s), w_s ~ q(w).

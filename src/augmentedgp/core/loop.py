@@ -184,7 +184,7 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     Returns ``(carry, History)``.
 
     ``runner(step, carry, args, length)`` replaces the compiled chunk (a driver loop whose
-    steps leave the process, :mod:`augmentedgp.distributed`); ``on_chunk(carry, (values,
+    steps leave the process, :mod:`augmentedgp.training.distributed`); ``on_chunk(carry, (values,
     step_sizes, times))`` runs after every finite chunk (checkpoints), and ``resume`` =
     those three lists continues a run that stopped there: it then ends as the uninterrupted
     run would (same chunk boundaries, same convergence test).

@@ -473,7 +473,8 @@ class SparsePosterior(FittedPosterior):
         _check_augmented(self.likelihood, augmented)
         if self.X is None:
             raise ValueError("this posterior holds no training data (fitted by "
-                             "augmentedgp.distributed.fit); use model.elbo(X, y) on the data")
+                             "augmentedgp.training.distributed.fit); use model.elbo(X, y) on "
+                             "the data")
         return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
 
     def augmentation_gap(self) -> float:

@@ -63,7 +63,7 @@ def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
     a gradient pass.
 
     VGP with ``inference`` a particle flow (``ParticleFlow``, ``GaussianFlow``, ``ADVI`` or
-    ``SVGD``, see :mod:`augmentedgp.flow`): the flow moves q(v) of the whitened latents
+    ``SVGD``, see :mod:`augmentedgp.inference.flow`): the flow moves q(v) of the whitened latents
     and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
     free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
     """

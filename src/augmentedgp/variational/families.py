@@ -267,7 +267,7 @@ class SiteQ(QPosterior):
 class LowRankQ(QPosterior):
     """Whitened q(v) = N(mean, W W^T + I - P_W) with a factor W (M, K) of rank r <= M and
     P_W the projector onto its column span: the Gaussian of a particle cloud
-    (``augmentedgp.flow``, W = centred particles / sqrt(N)) with the directions the
+    (``augmentedgp.inference.flow``, W = centred particles / sqrt(N)) with the directions the
     particles do not span kept at the prior's unit variance -- the regularised Gaussian of
     [Galy-Fajou2021, Sec. 3.4.1], so KL = 1/2 (tr(W W^T) - r + |mean|^2 - sum log lambda_+)
     over the r nonzero eigenvalues of W^T W, and the bound stays a bound. With r = M

@@ -89,7 +89,7 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
 def site_statistics(A, beta, gamma, multi: bool = False):
     """The data's part of the natural-gradient target, (A beta, A diag(gamma) A^T) with
     A = Lmm^-1 Kmn: sums over the points, so the statistics of disjoint partitions of the
-    data add up to those of the whole (:mod:`augmentedgp.distributed`). With ``multi``,
+    data add up to those of the whole (:mod:`augmentedgp.training.distributed`). With ``multi``,
     A is (C, M, n), beta and gamma (n, C), and the statistics lead with the latent axis."""
     if multi:
         return map_latents(site_statistics, (A, beta.T, gamma.T), (True, True, True))
