@@ -24,7 +24,7 @@ ANNOTATED = [
     "augmentedgp.models.sparse", "augmentedgp.inference.flow", "augmentedgp.inference.flow_gp",
     "augmentedgp.inference.gibbs", "augmentedgp.inference.vi", "augmentedgp.persistence",
     "augmentedgp.contrib.bayesian", "augmentedgp.contrib.bounds", "augmentedgp.contrib.dpp",
-    "augmentedgp.launcher",
+    "augmentedgp.launcher", "augmentedgp.training.fit",
 ]
 
 

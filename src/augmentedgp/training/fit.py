@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.loop import minimize, optax_optimizer, run_steps
 from augmentedgp.core.params import Identity, is_parameter, log_prior
@@ -23,6 +24,7 @@ from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference
 from augmentedgp.models.gp import GP
+from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
 from augmentedgp.training.step import VISetup, check_settings, init_state, model_at, vi_step
 from augmentedgp.variational.families import QPosterior
@@ -38,10 +40,12 @@ def _sgpr_objective(model, X, y):
     return -(model.training_objective(X, y) + log_prior(model))
 
 
-def fit(model, X, y, inference=None, *, optimizer=None, max_iter: int = 1000,
+def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+        inference=None, *, optimizer=None, max_iter: int = 1000,
         learning_rate: float | None = None, tol: float | None = None, n_restarts: int = 0,
-        key=None, callback=None, verbose: bool = False, validation_data=None,
-        patience: int = 5, chunk_size: int = 50, window: int = 20, hyper_every: int = 1):
+        key: PRNGKeyArray | None = None, callback=None, verbose: bool = False,
+        validation_data=None, patience: int = 5, chunk_size: int = 50, window: int = 20,
+        hyper_every: int = 1) -> SitePosterior | SparsePosterior:
     """Fit ``model`` to (X, y) and return its posterior (with ``history``).
 
     GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
