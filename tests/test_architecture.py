@@ -13,7 +13,7 @@ PACKAGE = "augmentedgp"
 
 # bottom to top: a module may import from its own layer (no cycle) or from layers below
 LAYERS = [
-    ("_x64", "core"),
+    ("core",),
     ("kernels",),
     ("augmentation",),
     ("likelihoods",),
@@ -113,6 +113,8 @@ def _private_uses(module: str):
     for target, name, line in _imports(module):
         if name is not None and name.startswith("_") and not name.startswith("__"):
             found.append(f"{module}:{line} imports {target}.{name}")
+        elif name is None and target.rsplit(".", 1)[-1].startswith("_"):
+            found.append(f"{module}:{line} imports the private module {target}")
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:

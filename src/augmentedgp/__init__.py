@@ -8,8 +8,8 @@ Layers, from the bottom (each imports only from those above it in this list):
 ``sklearn``, ``plotting``, ``cli``) -> ``contrib`` -> ``testing``.
 """
 
+import augmentedgp.core.precision  # noqa: F401  (first: float64 before any array is created)
 from augmentedgp import (
-    _x64,  # noqa: F401  (must run before any array is created)
     augmentation,
     contrib,
     core,
