@@ -1,14 +1,9 @@
 import os
 
-# JAX's CPU Cholesky and triangular solves call scipy's OpenBLAS, whose worker threads
-# slow a 246 x 246 Cholesky from 0.5 ms to 10-80 ms on a busy 2-core machine (measured):
-# the tests use small matrices, so one BLAS thread (set before numpy loads OpenBLAS)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# ... but a pytest plugin (jaxtyping's) may have loaded numpy before this file runs, so the
-# variable can come too late: limit the loaded BLAS pools directly as well
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-threadpool_limits(1, "blas")
+# one BLAS thread in the tests and the processes they start: augmentedgp's own default
+# (augmentedgp.core.runtime limits the loaded pools when `import augmentedgp` below runs),
+# forced here so that a developer's OPENBLAS_NUM_THREADS cannot change it
+os.environ["AUGMENTEDGP_BLAS_THREADS"] = "1"
 
 from pathlib import Path  # noqa: E402
 

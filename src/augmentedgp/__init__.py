@@ -9,6 +9,7 @@ Layers, from the bottom (each imports only from those above it in this list):
 """
 
 import augmentedgp.core.precision  # noqa: F401  (first: float64 before any array is created)
+import augmentedgp.core.runtime  # noqa: F401  (BLAS thread limit, compilation cache)
 from augmentedgp import (
     augmentation,
     contrib,

@@ -57,6 +57,7 @@ from augmentedgp.training.step import (
     check_settings,
     init_state,
     model_at,
+    user_form,
     prior_objective,
     statistics,
     update,
@@ -507,7 +508,7 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
             replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             state, X, y = jax.device_put((state, X, y), replicated)
             args = (setup, X, y, mesh)
-        to_model = lambda s: model_at(s.hyper, s.q, setup.static)
+        to_model = lambda s: user_form(model_at(s.hyper, s.q, setup.static), model.q)
         state, hist = run_steps(step, state, args, to_model, max_iter=max_iter, tol=tol,
                                 chunk_size=chunk_size, window=window, callback=callback,
                                 verbose=verbose and devices is not None, runner=runner,

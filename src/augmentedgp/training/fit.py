@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
-from augmentedgp.core.loop import minimize, optax_optimizer, run_steps
+from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
 from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
@@ -26,7 +26,8 @@ from augmentedgp.inference.vi import QuadratureVI, VariationalInference
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
-from augmentedgp.training.step import VISetup, check_settings, init_state, model_at, vi_step
+from augmentedgp.training.step import (VISetup, check_settings, init_state, model_at, user_form,
+                                       vi_step)
 from augmentedgp.variational.families import QPosterior
 
 
@@ -169,10 +170,14 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
         monitor = lambda m: _heldout_nlpd(m, Xv, yv)
     key = jax.random.key(0) if key is None else key
     opt = optax_optimizer(optimizer, learning_rate)
+    # full batches are padded to a shape bucket (weight 0 on the padding), so that a new data
+    # set of similar size reuses the compiled program (a VGP's inducing inputs are its data)
+    full = inference.batch_size is None and not isinstance(model, VGP)
+    Xp, yp, w = pad_rows(Xa, ya) if full else (Xa, ya, None)
     state, setup = init_state(model, lambda static: VISetup(static, inference, opt, hyper_every),
-                              key, Xa.shape[0])
-    to_model = lambda s: model_at(s.hyper, s.q, setup.static)
-    state, hist = run_steps(vi_step, state, (setup, Xa, ya), to_model, max_iter=max_iter,
+                              key, Xp.shape[0])
+    to_model = lambda s: user_form(model_at(s.hyper, s.q, setup.static), model.q)
+    state, hist = run_steps(vi_step, state, (setup, Xp, yp, w), to_model, max_iter=max_iter,
                             tol=tol, chunk_size=chunk_size, window=window, callback=callback,
                             verbose=verbose, monitor=monitor, patience=patience)
     return SparsePosterior(to_model(state), Xa, ya, hist)

@@ -31,6 +31,7 @@ from jax import lax
 from augmentedgp.core.loop import Minibatches, minibatch
 from augmentedgp.core.params import log_prior, partition_trainable
 from augmentedgp.core.validation import check_int
+from augmentedgp.variational.families import CholeskyQ, NaturalQ, map_latents
 from augmentedgp.variational.natgrad import direction_size, site_statistics, statistics_step
 
 
@@ -81,9 +82,43 @@ def model_at(hyper, q, static):
     return eqx.combine(with_q(hyper, q), static)
 
 
+def step_form(model, natural: bool):
+    """``model`` with q(u) in the parameterisation natural steps are cheapest in. A
+    whitened Cholesky q(v) becomes the same distribution in whitened natural parameters
+    (theta1, P = Sv^-1): the step mixes exactly those ([Hensman2013]), so no conversion
+    (a triangular inverse, a product and a factorisation) is paid per step. Natural steps
+    are the same in every parameterisation, and q(v) stays what the hyperparameter steps
+    hold fixed, so the fit is the same. Other families are kept."""
+    q = model.q
+    if not (natural and isinstance(q, CholeskyQ) and q.whiten):
+        return model
+
+    M = q.num_inducing
+    convert = lambda q, template: template.from_whitened_natural(*q.whitened_natural(None), None)
+    template = NaturalQ.prior(jnp.eye(M, dtype=q.mean.value.dtype), True)
+    new = (map_latents(convert, (q, template), (True, False)) if model.num_latent > 1
+           else convert(q, template))
+    return eqx.tree_at(lambda m: m.q, model, new)
+
+
+def user_form(model, template):
+    """``model`` with q(u) back in the parameterisation of ``template`` (the q it had before
+    :func:`step_form`)."""
+    q = model.q
+    if type(q) is type(template):
+        return model
+    back = lambda q, template: template.from_whitened_natural(*q.whitened_natural(None), None)
+    new = (map_latents(back, (q, template), (True, True)) if model.num_latent > 1
+           else back(q, template))
+    return eqx.tree_at(lambda m: m.q, model, new)
+
+
 def init_state(model, setup_of, key, n: int) -> tuple[VIState, VISetup]:
-    """The initial state of ``model`` and the fixed setup; ``setup_of(static)`` builds the
-    :class:`VISetup`."""
+    """The initial state of ``model`` (its q(u) in :func:`step_form`) and the fixed setup;
+    ``setup_of(static)`` builds the :class:`VISetup`. The model of a state is
+    ``user_form(model_at(state.hyper, state.q, setup.static), model.q)``."""
+    probe = setup_of(None)
+    model = step_form(model, probe.inference.natural)
     params, static = partition_trainable(model)
     setup = setup_of(static)
     hyper, q = eqx.tree_at(lambda m: m.q, params, None), params.q
@@ -106,14 +141,13 @@ def statistics(hyper, q, static, inference, X, y, w, key, need_grad: bool, scale
 
     def objective(h):
         m = model_at(h, q, static)
-        expectations = lambda yy, mean, var: inference.expectations(m.likelihood, yy, mean, var,
-                                                                     key)
+        expectations = weighted(lambda yy, mean, var: inference.expectations(
+            m.likelihood, yy, mean, var, key), w)
         if with_prior:
             elbo, p = m.elbo_projection(X, y, scale, expectations)
             return -(elbo + log_prior(m)), p
         p = m.project(X)
-        e = expectations(y, p.mean, p.var)
-        return -scale * jnp.sum(e if w is None else w * e), p
+        return -scale * jnp.sum(expectations(y, p.mean, p.var)), p
 
     if need_grad:
         (value, p), grad = jax.value_and_grad(objective, has_aux=True)(hyper)
@@ -125,6 +159,13 @@ def statistics(hyper, q, static, inference, X, y, w, key, need_grad: bool, scale
         wl = w[:, None] if multi else w
         beta, gamma = wl * beta, wl * gamma
     return Statistics(value, grad, *site_statistics(p.A, beta, gamma, multi)), (p.Kmm, p.Lmm)
+
+
+def weighted(expectations, w):
+    """``expectations(y, mean, var)`` times the row weights w (None: unweighted)."""
+    if w is None:
+        return expectations
+    return lambda y, mean, var: w * expectations(y, mean, var)
 
 
 def prior_objective(hyper, q, static):
@@ -161,15 +202,15 @@ def update(state: VIState, stats: Statistics, batches, scale, do_hyper, setup: V
     return new, (stats.value, rho)
 
 
-def joint_step(state: VIState, X, y, batches, scale, setup: VISetup):
+def joint_step(state: VIState, X, y, w, batches, scale, setup: VISetup):
     """One optimizer step on (hyperparameters, q(u)) together (``natural=False``)."""
     mc_key = jax.random.fold_in(batches.key, state.t)
     inference, opt = setup.inference, setup.optimizer
 
     def objective(hq):
         m = model_at(*hq, setup.static)
-        expectations = lambda yy, mean, var: inference.expectations(m.likelihood, yy, mean, var,
-                                                                     mc_key)
+        expectations = weighted(lambda yy, mean, var: inference.expectations(
+            m.likelihood, yy, mean, var, mc_key), w)
         return -(m.elbo_projection(X, y, scale, expectations)[0] + log_prior(m))
 
     params = (state.hyper, state.q)
@@ -181,16 +222,17 @@ def joint_step(state: VIState, X, y, batches, scale, setup: VISetup):
 
 
 def vi_step(state: VIState, args):
-    """One iteration on one machine; ``args`` = (VISetup, X, y)."""
-    setup, X, y = args
+    """One iteration on one machine; ``args`` = (VISetup, X, y, w) with w the row weights
+    (None, or 0 on the padding rows of ``core.loop.pad_rows``: full batches only)."""
+    setup, X, y, w = args
     inference = setup.inference
     rows, batches, scale = minibatch(state.batches, state.t, inference.batch_size)
     if rows is not None:
         X, y = X[rows], y[rows]
     if not inference.natural:
-        return joint_step(state, X, y, batches, scale, setup)
+        return joint_step(state, X, y, w, batches, scale, setup)
     mc_key = jax.random.fold_in(batches.key, state.t)  # Monte Carlo; leaves the batch stream
-    of = lambda need_grad: statistics(state.hyper, state.q, setup.static, inference, X, y, None,
+    of = lambda need_grad: statistics(state.hyper, state.q, setup.static, inference, X, y, w,
                                       mc_key, need_grad, scale, with_prior=True)
     if setup.hyper_every == 1:
         stats, factors = of(True)
@@ -201,4 +243,4 @@ def vi_step(state: VIState, args):
 
 
 __all__ = ["check_settings", "VIState", "VISetup", "Statistics", "init_state", "statistics",
-           "prior_objective", "update", "joint_step", "vi_step", "with_q", "model_at"]
+           "prior_objective", "weighted", "update", "joint_step", "vi_step", "with_q", "model_at", "step_form", "user_form"]
