@@ -81,11 +81,15 @@ def test_padded_full_batch_fit_equals_the_unpadded_steps():
 def test_a_new_data_set_in_the_same_bucket_is_not_recompiled(caplog):
     X1, y1 = data(300, seed=1)
     X2, y2 = data(310, seed=2)  # both padded to 320
-    fit = lambda X, y: agp.fit(model(X), X, y, agp.AnalyticVI(), max_iter=10, tol=0.0)
+    fit = lambda X, y, m=None: agp.fit(model(X) if m is None else m, X, y, agp.AnalyticVI(),
+                                       max_iter=10, tol=0.0)
     fit(X1, y1)
     with jax.log_compiles(True), caplog.at_level(logging.WARNING):
         caplog.clear()
         fit(X2, y2)
+        # nor is a new hyperparameter value (Python floats become traced parameters)
+        fit(X2, y2, agp.SVGP(agp.kernels.RBF(lengthscale=[0.3, 2.0], variance=4.0),
+                             agp.likelihoods.Logistic(), X2[:12]))
     chunks = [r.getMessage() for r in caplog.records if "_run_chunk" in r.getMessage()]
     assert chunks == []
     with jax.log_compiles(True), caplog.at_level(logging.WARNING):  # the check can fail
