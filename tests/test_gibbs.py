@@ -42,6 +42,8 @@ from scipy import integrate, special, stats
 import augmentedgp as agp
 from augmentedgp.core import diagnostics
 from augmentedgp.core.params import LogNormal, fixed, positive, real
+from augmentedgp.inference import gibbs as gibbs_module
+from augmentedgp.models.mcgp import FullPrior, SparsePrior
 
 LIK = agp.likelihoods
 Z_TOL = 4.5  # |z| bound for a single Monte Carlo comparison (two-sided p ~ 7e-6)
@@ -715,6 +717,163 @@ def test_logistic_chain_quality():
     np.testing.assert_allclose(summ["mean"], np.asarray(post.f).mean((0, 1)), atol=1e-12)
 
 
+# --- the draw of f | w and the chains side by side -----------------------------------------
+
+
+def site_problem(n=7, seed=3):
+    """A small prior N(m, K) and Gaussian sites (beta, gamma), one site without data
+    (gamma = 0) and one with a large precision: the exact conditional N(mu, Sigma),
+    Sigma = (K^-1 + diag gamma)^-1, mu = Sigma (K^-1 m + beta), by direct inverses."""
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0.0, 4.0, n))[:, None]
+    K = matern52(X, X, 1.1, 1.3)
+    m = rng.normal(size=n)
+    beta, gamma = 2.0 * rng.normal(size=n), rng.gamma(0.7, 2.0, n)
+    beta[2], gamma[2], gamma[5] = 0.0, 0.0, 400.0
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(gamma))
+    mu = Sigma @ (np.linalg.solve(K, m) + beta)
+    return X, K, m, beta, gamma, mu, Sigma
+
+
+def assert_iid_law(F, mu, Sigma):
+    """Independent draws F (N, n) of N(mu, Sigma): whitened by chol(Sigma), every
+    coordinate and all of them pooled pass a KS test against N(0, 1); mean and covariance
+    within Monte Carlo error (iid: se 1 / sqrt(N), sqrt((1 + delta_ij) / N))."""
+    W = np.linalg.solve(np.linalg.cholesky(Sigma), (np.asarray(F) - mu).T).T
+    N, n = W.shape
+    for j in range(n):
+        assert stats.kstest(W[:, j], "norm").pvalue > KS_P, j
+    assert stats.kstest(W.ravel(), "norm").pvalue > KS_P
+    assert np.max(np.abs(W.mean(0))) * math.sqrt(N) < Z_TOL
+    zc = (np.cov(W.T) - np.eye(n)) / np.sqrt((1.0 + np.eye(n)) / N)
+    assert np.max(np.abs(zc)) < 5.0, zc
+
+
+@pytest.mark.parametrize("kind", ["full", "sparse_z_eq_x"])
+def test_draw_of_f_given_w_has_the_gaussian_conditional_law(kind):
+    """The sampler's draw of f | w (Matheron's rule with the factor of B = I + S K S; the
+    sparse draw of v = Lmm^-1 u ~ q*(v), exact with Z = X) against the exact conditional
+    computed by direct inverses: 20000 draws, vmapped as the chains are (on CPU the
+    factorisations then run one draw after the other, see the next test), equal to the
+    unbatched draws with the same keys and distributed as N(mu, Sigma) (KS per coordinate
+    and pooled, mean and covariance); v is the whitened value, L^-1 (f - m) (full) or
+    f = m + A^T v (Z = X, no residual variance)."""
+    X, K, m, beta, gamma, mu, Sigma = site_problem()
+    if kind == "full":
+        L = np.linalg.cholesky(K)
+        prior, draw = FullPrior(jnp.asarray(K), jnp.asarray(L), jnp.asarray(m)), \
+            gibbs_module._draw_full
+    else:
+        L = np.linalg.cholesky(K)
+        prior = SparsePrior(jnp.asarray(L), jnp.asarray(L.T), jnp.zeros(len(m)), jnp.asarray(m))
+        draw = gibbs_module._draw_sparse
+    b, g = jnp.asarray(beta), jnp.asarray(gamma)
+    keys = jax.random.split(jax.random.PRNGKey(4), 20000)
+    F, V = jax.jit(jax.vmap(lambda k: draw(k, prior, b, g)))(keys)
+    for i in (0, 1, 2):
+        f, v = draw(keys[i], prior, b, g)
+        np.testing.assert_allclose(F[i], f, atol=1e-11)
+        np.testing.assert_allclose(V[i], v, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(V) @ L.T + m, F, atol=1e-9)
+    assert_iid_law(F, mu, Sigma)
+
+
+def test_overrelaxed_draw_keeps_the_conditional_law():
+    """GibbsSampling(overrelax=rho): f' = mu + rho (f - mu) + sqrt(1 - rho^2) (f* - mu).
+    From f ~ N(mu, Sigma) (numpy draws, the exact conditional of site_problem) the moved
+    f' is again N(mu, Sigma) (KS per coordinate and pooled, mean and covariance), and in
+    whitened coordinates corr(f', f) = rho I (the move is the AR(1) kernel that is
+    reversible for N(mu, Sigma)); rho = 0 is the plain draw."""
+    X, K, m, beta, gamma, mu, Sigma = site_problem()
+    prior = FullPrior(jnp.asarray(K), jnp.asarray(np.linalg.cholesky(K)), jnp.asarray(m))
+    b, g = jnp.asarray(beta), jnp.asarray(gamma)
+    C = np.linalg.cholesky(Sigma)
+    N, rho = 20000, -0.6
+    F_old = mu + np.random.default_rng(5).normal(size=(N, len(mu))) @ C.T
+    keys = jax.random.split(jax.random.PRNGKey(6), N)
+    moved = jax.jit(jax.vmap(lambda k, f: gibbs_module._draw_full(k, prior, b, g, f, rho)[0]))
+    F = np.asarray(moved(keys, jnp.asarray(F_old)))
+    assert_iid_law(F, mu, Sigma)
+    W, W_old = (np.linalg.solve(C, (A - mu).T).T for A in (F, F_old))
+    n = len(mu)
+    z = (W.T @ W_old / N - rho * np.eye(n)) / np.sqrt((1.0 + rho**2 * np.eye(n)) / N)
+    assert np.max(np.abs(z)) < 5.0, z
+    plain = gibbs_module._draw_full(keys[0], prior, b, g)[0]
+    np.testing.assert_array_equal(
+        gibbs_module._draw_full(keys[0], prior, b, g, jnp.asarray(F_old[0]), 0.0)[0], plain)
+
+
+def test_overrelaxed_sampler_samples_the_exact_posterior():
+    """overrelax = -0.5 on the Gaussian likelihood (w = 1: the move's target is the exact
+    posterior at every sweep): mean and covariance of the draws within Monte Carlo error
+    (ESS-based), and the chain is the AR(1) of the move, lag-1 autocorrelation -0.5 at
+    every point (its se ~ 1 / sqrt(chains x samples))."""
+    settings = agp.GibbsSampling(n_samples=GAUSS_RUN.n_samples, n_chains=4, burn_in=5,
+                                 overrelax=-0.5)
+    post = agp.sample(gauss_model(), XG, YG, settings, key=jax.random.PRNGKey(2))
+    mu, cov, _, _ = exact_gaussian(XG, YG, XS_G)
+    assert_exact_gaussian_samples(np.asarray(post.f), mu, cov)
+    acf1 = post.summary()["acf1"]
+    se = 1.0 / math.sqrt(post.n_chains * post.n_samples)
+    assert np.max(np.abs(acf1 + 0.5)) < 5.0 * se, acf1
+
+
+def test_overrelaxed_student_t_matches_grid_integration():
+    """overrelax = -0.5 on the 1-D Student-t problems (a heavy-tailed posterior for the
+    outlier y = 2.5): the same grid-integration oracle as the plain sampler (mean,
+    variance, KS), and a larger bulk ESS than the plain sampler's on the outlier."""
+    make, m0, k, values = ONE_D["StudentT"]
+    model = agp.MCGP(kern(1.0, k), make(), mean=const(m0))
+    y = one_d_targets(values)
+    settings = agp.GibbsSampling(n_samples=RUN.n_samples, n_chains=4, burn_in=RUN.burn_in,
+                                 overrelax=-0.5)
+    F = np.asarray(agp.sample(model, X_FAR, y, settings, key=jax.random.PRNGKey(7)).f)
+    for value in values:
+        cols = np.flatnonzero(y == value)
+        draws = F[:, :, cols].transpose(0, 2, 1).reshape(-1, F.shape[1])
+        check_one_d(draws, make(), value, m0, k, f"StudentT overrelaxed y={value:g}")
+    cols = np.flatnonzero(y == 2.5)
+    plain = np.asarray(one_d_run("StudentT").f)
+    ess = [np.median(diagnostics.ess_bulk(A[:, :, cols])) for A in (F, plain)]
+    assert ess[0] > ess[1], ess
+
+
+def test_chains_side_by_side_make_no_batched_lapack_call():
+    """Chains run side by side (vmap) with the factorisations and triangular solves of each
+    chain as single-matrix LAPACK calls on CPU (batched ones can deadlock XLA's intra-op
+    pool, see variational.map_latents): the lowered sampler of a full, a sparse, a
+    multi-latent and a heteroscedastic model holds LAPACK calls, none with batch
+    dimensions. With hyperparameter moves the chains run one after the other."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("CPU lowering")
+    import re
+
+    X = XG[:8]
+    k = kern(1.1, 1.3)
+    models = [(gauss_model(), YG[:8]), (gauss_model(inducing=XG[:3]), YG[:8]),
+              (agp.MCGP(k, LIK.LogisticSoftmax(3)), np.arange(8) % 3),
+              (hetero_model(), YG[:8])]
+    for model, y in models:
+        Xj, yj = model.validate_data(X, y)
+        text = jax.jit(lambda X, y, model=model: gibbs_module._run(
+            model, X, y, jax.random.PRNGKey(0), agp.GibbsSampling(2, n_chains=3, burn_in=1),
+            True)).lower(Xj, yj).as_text()
+        calls = re.findall(r"custom_call @lapack_\w+\(.*?num_batch_dims = \"(\d+)\"", text)
+        assert calls and set(calls) == {"0"}, (model, calls)
+
+
+def test_progress_counts_every_sweep_of_every_chain(monkeypatch):
+    """verbose=True: the progress bar reaches n_chains x (burn_in + n_samples x thin)
+    sweeps with the chains side by side (one callback for all chains)."""
+    seen = []
+    monkeypatch.setattr(gibbs_module, "progress", lambda verbose, total, what: (
+        seen.append(total), seen.append)[1])
+    agp.sample(gauss_model(), XG, YG, agp.GibbsSampling(n_samples=10, n_chains=3, burn_in=10,
+                                                       thin=2), verbose=True)
+    total = 3 * (10 + 10 * 2)
+    assert seen[0] == total and max(d for d in seen[1:] if d is not None) == total
+
+
 # --- plumbing ------------------------------------------------------------------------------
 
 
@@ -999,6 +1158,13 @@ def test_errors():
         agp.sample(agp.MCGP(agp.kernels.Matern52(), LIK.Gaussian(fp(0.1))), X, y, hyper)
     with pytest.raises(ValueError, match="full sampler"):
         agp.sample(gauss_model(inducing=XG[:3]), X, y, hyper)
+    with pytest.raises(ValueError, match="overrelax"):
+        agp.sample(gauss_model(inducing=XG[:3]), X, y, agp.GibbsSampling(overrelax=-0.5))
+    with pytest.raises(ValueError, match="overrelax"):
+        agp.sample(hetero_model(), X, y, agp.GibbsSampling(overrelax=-0.5))
+    for bad in (-1.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="overrelax"):
+            agp.GibbsSampling(overrelax=bad)
     with pytest.raises(ValueError):
         agp.sample(model, X, y[:-1])
     with pytest.raises(ValueError):

@@ -10,7 +10,9 @@ SGPR integrates u out for a Gaussian likelihood ([Titsias2009]):
 DTC drops the trace term ([Seeger2003]) and FITC replaces s2 I by s2 I + diag(K - Q)
 ([Snelson2006]; the names of [Quinonero-Candela2005]). All three give q(u) in closed form
 (with the per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and
-theta1 = A D^-1 r).
+theta1 = A D^-1 r). With an augmentable likelihood SGPR collapses the augmented bound
+given q(w) the same way: the sites (beta, gamma) are Gaussian, pseudo-targets beta / gamma
+with noise 1 / gamma (``SGPR.collapsed``; the Gaussian is the case w = 1).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from jaxtyping import Array, ArrayLike, Float, Shaped
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core import linalg
 from augmentedgp.core.params import Parameter, fixed, real
-from augmentedgp.core.validation import check_X, check_y
+from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
+from augmentedgp.likelihoods import augmentable
 from augmentedgp.likelihoods.base import Likelihood
 from augmentedgp.likelihoods.robust import Gaussian
 from augmentedgp.models.sites import FittedPosterior, Predictive
@@ -143,8 +146,12 @@ class SVGP(Predictive):
         self.q = self._initial_q(q, jnp.asarray(self.inducing.value))
 
     def _initial_q(self, kind, Z):
-        """q at the prior (one per latent), or the given QPosterior after a shape check."""
-        make = lambda k: make_q(kind, _prior_cholesky(k, Z))
+        """q at the prior (one per latent), or the given QPosterior after a shape check.
+        Only the unwhitened families need the factor of Kmm; a whitened q(v) starts at
+        N(0, I), whose factor is the identity (and nothing is factorised or compiled)."""
+        unwhitened = isinstance(kind, str) and kind in ("cholesky", "natural")
+        make = lambda k: make_q(kind, _prior_cholesky(k, Z) if unwhitened
+                                else np.eye(Z.shape[0], dtype=Z.dtype))
         C = self.num_latent
         if C == 1:
             return make(self.kernel)
@@ -328,31 +335,59 @@ def _lowrank_terms(r, A, d):
     return -0.5 * (r.shape[0] * _LOG_2PI + logdet + quad), LB, c
 
 
+class CollapsedTerms(NamedTuple):
+    """The collapsed augmented bound at X given q(w) and the pieces of its optimal q(u)
+    (whitened, v = Lmm^-1 u: precision P = I + A Gamma A^T, P E[v] = theta1)."""
+
+    bound: jax.Array
+    A: jax.Array  # Lmm^-1 Kmn
+    P: jax.Array  # I + A Gamma A^T
+    LP: jax.Array  # cholesky(P)
+    theta1: jax.Array  # A (beta - gamma * prior_mean)
+    c: jax.Array  # LP^-1 theta1
+    residual_var: jax.Array  # diag(K - Q)
+    prior_mean: jax.Array  # mean(X)
+
+
 class SGPR(eqx.Module):
-    """Sparse GP regression with u integrated out: Titsias' collapsed bound ("vfe",
-    default), or the DTC / FITC approximate marginal likelihoods ("dtc", "fitc")."""
+    """Sparse GP with u integrated out: Titsias' collapsed bound ("vfe", default), or the
+    DTC / FITC approximate marginal likelihoods ("dtc", "fitc", Gaussian likelihood only).
+
+    ``likelihood`` is Gaussian (default, ``noise`` its variance) or any augmentable
+    likelihood of one latent function (``augmentedgp.likelihoods.augmentable()``:
+    Logistic, StudentT, Laplace, ...). Given q(w) the augmented sites are Gaussian, so the
+    bound collapses as Titsias' does, with pseudo-targets beta / gamma and noise 1 / gamma
+    ([Titsias2009]; for the logistic this is the Jaakkola-Jordan bound, [Jaakkola2000],
+    collapsed as in [Izmailov2016]). The q(w) state ``q_aux`` is the likelihood's own
+    NamedTuple (``Tilt`` for the scale mixtures); a Gaussian needs none (w = 1).
+    ``augmentedgp.training.collapsed.fit_collapsed`` alternates its closed-form update
+    (:meth:`update_aux`) with L-BFGS on the bound.
+    """
 
     kernel: Kernel
-    likelihood: Gaussian
+    likelihood: Likelihood
     mean: Mean
     inducing: Parameter
     method: str = eqx.field(static=True, default="vfe")
 
     def __init__(self, kernel: Kernel, inducing: Float[ArrayLike, "M d"] | Parameter, *,
-                 noise: float | Parameter | None = None, likelihood: Gaussian | None = None,
+                 noise: float | Parameter | None = None, likelihood: Likelihood | None = None,
                  mean: Mean | None = None, method: str = "vfe"):
         if likelihood is not None and noise is not None:
             raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
         likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
         _check_kernel_likelihood(kernel, likelihood)
-        if not isinstance(likelihood, Gaussian):
-            raise ValueError("SGPR needs a Gaussian likelihood; use SVGP for "
-                             f"{type(likelihood).__name__}")
         if method not in ("vfe", "dtc", "fitc"):
             raise ValueError(f"method must be 'vfe', 'dtc' or 'fitc', got {method!r}")
+        _check_sgpr_likelihood(likelihood, method)
         self.kernel, self.likelihood, self.method = kernel, likelihood, method
         self.mean = Zero() if mean is None else mean
         self.inducing = inducing_parameter(inducing)
+
+    @property
+    def gaussian(self) -> bool:
+        """Whether the likelihood is Gaussian (no q(w) state needed)."""
+        return isinstance(self.likelihood, Gaussian)
 
     def _terms(self, X, y, method=None):
         method = method or self.method
@@ -363,15 +398,61 @@ class SGPR(eqx.Module):
         d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
         return A, y - self.mean(X), d, residual_var, s2
 
-    def training_objective(self, X, y, method=None):
+    def collapsed(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None,
+                  trace: bool = True) -> CollapsedTerms:
+        """The collapsed bound given q(w) = ``q_aux`` (traceable; None: w = 1, Gaussian).
+
+        Given q(w) the data term is sum_i E0_i + r_i g_i - gamma_i g_i^2 / 2 in g = f - m0,
+        with (beta, gamma) the sites, r = beta - gamma m0 and E0_i the data term at f = m0
+        (``augmented_expectations`` at zero variance). Integrating u out as [Titsias2009]:
+
+            F = sum E0 + 1/2 theta1^T P^-1 theta1 - 1/2 log|P| - 1/2 sum gamma diag(K - Q),
+
+        P = I + A Gamma A^T, theta1 = A r; DTC (``trace=False``) drops the last term. With a
+        Gaussian likelihood (gamma = 1 / s2, beta = y / s2) it is Titsias' bound.
+        """
+        Z = self.inducing.value
+        _, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
+        resid = self.kernel.diag(X) - jnp.sum(A**2, 0)
+        m0 = self.mean(X)
+        lik = self.likelihood
+        if q_aux is None:
+            if not self.gaussian:
+                raise ValueError("the collapsed bound of a non-Gaussian likelihood needs the "
+                                 "q(w) state q_aux (model.initial_aux(X, y))")
+            q_aux = lik.aux_posterior(y, m0, jnp.zeros_like(m0))  # any: w = 1
+        beta, gamma = (jnp.broadcast_to(s, m0.shape) for s in lik.aux_sites(y, q_aux))
+        e0 = lik.augmented_expectations(y, m0, jnp.zeros_like(m0), q_aux)
+        theta1 = A @ (beta - gamma * m0)
+        P = jnp.eye(A.shape[0], dtype=A.dtype) + (A * gamma) @ A.T
+        LP = linalg.cholesky(P)
+        c = linalg.solve_lower(LP, theta1)
+        bound = jnp.sum(e0) + 0.5 * jnp.sum(c**2) - 0.5 * linalg.logdet_chol(LP)
+        if trace:
+            bound = bound - 0.5 * jnp.sum(gamma * resid)  # the trace term of [Titsias2009]
+        return CollapsedTerms(bound, A, P, LP, theta1, c, resid, m0)
+
+    def training_objective(self, X, y, method=None, q_aux=None):
         """The objective on validated arrays (traceable): the collapsed bound (vfe) or the
-        DTC / FITC log marginal likelihood."""
+        DTC / FITC log marginal likelihood; ``q_aux``: the q(w) state (non-Gaussian)."""
         method = method or self.method
+        if method != "fitc":
+            return self.collapsed(X, y, q_aux, trace=method == "vfe").bound
         A, r, d, resid, s2 = self._terms(X, y, method)
-        value = _lowrank_terms(r, A, d)[0]
-        if method == "vfe":
-            value = value - 0.5 * jnp.sum(resid) / s2  # the trace term of [Titsias2009]
-        return value
+        return _lowrank_terms(r, A, d)[0]
+
+    def marginals(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                      ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+        """(mean, var) of f(X) under the optimal q(u) given q(w) (traceable)."""
+        t = self.collapsed(X, y, q_aux)
+        V = linalg.solve_lower(t.LP, t.A)  # P^-1 = LP^-T LP^-1
+        return t.prior_mean + V.T @ t.c, t.residual_var + jnp.sum(V**2, 0)
+
+    def aux_step(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None):
+        """The optimal q(w) given the optimal q(u) given ``q_aux`` (traceable): one
+        coordinate-ascent sweep ([Galy-Fajou2020, Algorithm 1], local step, after the
+        closed-form global step)."""
+        return self.likelihood.aux_posterior(y, *self.marginals(X, y, q_aux))
 
     def _upper_bound(self, X, y):
         A, r, d, resid, s2 = self._terms(X, y, "vfe")  # [Titsias2014], c = tr(K - Q)
@@ -380,44 +461,102 @@ class SGPR(eqx.Module):
             jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
         return lower_det + tail
 
-    def validate_data(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]
-                      ) -> tuple[Float[Array, "n d"], Float[Array, " n"]]:
+    def validate_data(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]
+                      ) -> tuple[Float[Array, "n d"], Shaped[Array, " n"]]:
         """(X, y) checked at the public boundary and as JAX arrays (a clear ValueError
         otherwise)."""
         X = check_X(X, d=self.inducing.value.shape[1])
-        return jnp.asarray(X), jnp.asarray(check_y(y, X.shape[0]))
+        return jnp.asarray(X), jnp.asarray(self.likelihood.targets(y, X.shape[0]))
 
-    def objective(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
-        """The training objective: the collapsed bound (vfe) or log marginal likelihood
-        of the DTC / FITC approximation."""
-        return float(_sgpr_objective(self, *self.validate_data(X, y)))
+    def check_aux(self, y: Shaped[Array, " n"], q_aux):
+        """``q_aux`` checked against the likelihood's q(w) type and the n targets (a clear
+        ValueError otherwise), as JAX arrays; None stays None for a Gaussian likelihood."""
+        if q_aux is None:
+            if self.gaussian:
+                return None
+            raise ValueError(f"SGPR with {type(self.likelihood).__name__} needs q_aux, the q(w) "
+                             "state: start from model.initial_aux(X, y), or fit the model "
+                             "(augmentedgp.training.collapsed.fit_collapsed)")
+        zeros = jnp.zeros(jnp.shape(y))
+        ref = jax.eval_shape(self.likelihood.aux_posterior, y, zeros, zeros)
+        if type(q_aux) is not type(ref) or any(
+                jnp.shape(a) != r.shape for a, r in zip(q_aux, ref, strict=True)):
+            raise ValueError(f"q_aux must be a {type(ref).__name__} with fields of shape "
+                             f"{[r.shape for r in ref]} (from initial_aux / update_aux)")
+        return jax.tree_util.tree_map(jnp.asarray, q_aux)
 
-    def elbo(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
-        """Titsias' collapsed lower bound on log p(y) (whatever ``method``)."""
-        return float(_sgpr_elbo(self, *self.validate_data(X, y)))
+    def _public(self, X, y, q_aux):
+        X, y = self.validate_data(X, y)
+        return X, y, self.check_aux(y, q_aux)
+
+    def objective(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                  q_aux=None) -> float:
+        """The training objective: the collapsed bound (vfe; at the q(w) state ``q_aux``
+        for a non-Gaussian likelihood) or log marginal likelihood of the DTC / FITC
+        approximation."""
+        return float(_sgpr_objective(self, *self._public(X, y, q_aux)))
+
+    def elbo(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None) -> float:
+        """The collapsed lower bound on log p(y) (whatever ``method``): Titsias' for a
+        Gaussian likelihood; otherwise the augmented bound at q(w) = ``q_aux`` and its
+        optimal q(u) (the SVGP augmented ELBO there)."""
+        return float(_sgpr_elbo(self, *self._public(X, y, q_aux)))
+
+    def initial_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]):
+        """The optimal q(w) when q(u) is the prior p(u): a starting q(w) state."""
+        X, y = self.validate_data(X, y)
+        return _sgpr_initial_aux(self, X, y)
+
+    def update_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None):
+        """The closed-form q(w) update: optimal given the optimal q(u) given ``q_aux``
+        (never lowers :meth:`elbo`)."""
+        return _sgpr_aux_update(self, *self._public(X, y, q_aux))
 
     def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
-        """Titsias' upper bound on log p(y) ([Titsias2014]): a diagnostic of the gap."""
+        """Titsias' upper bound on log p(y) ([Titsias2014]): a diagnostic of the gap
+        (Gaussian likelihood only)."""
+        if not self.gaussian:
+            raise ValueError("upper_bound needs a Gaussian likelihood")
         return float(_sgpr_upper(self, *self.validate_data(X, y)))
 
-    def optimal_q(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> NaturalQ:
-        """The closed-form q(u) of the method, as whitened natural parameters."""
-        return _sgpr_q(self, *self.validate_data(X, y))
+    def optimal_q(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                  q_aux=None) -> NaturalQ:
+        """The closed-form q(u) of the method (given q(w) = ``q_aux`` for a non-Gaussian
+        likelihood), as whitened natural parameters."""
+        return _sgpr_q(self, *self._public(X, y, q_aux))
 
-    def to_svgp(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> SVGP:
-        """An SVGP holding this model's optimal q(u): predictions without the data."""
+    def to_svgp(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                q_aux=None) -> SVGP:
+        """An SVGP holding this model's optimal q(u) (given ``q_aux``): predictions without
+        the data."""
         return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
-                    q=_sgpr_q(self, *self.validate_data(X, y)))
+                    q=_sgpr_q(self, *self._public(X, y, q_aux)))
+
+
+def _check_sgpr_likelihood(likelihood, method):
+    if isinstance(likelihood, Gaussian):
+        return
+    name = type(likelihood).__name__
+    if not isinstance(likelihood, Augmented):
+        names = ", ".join(c.__name__ for c in augmentable())
+        raise ValueError(f"SGPR needs a Gaussian or augmentable likelihood ({names}); use SVGP "
+                         f"for {name}")
+    if getattr(likelihood, "num_latent", 1) != 1:
+        raise ValueError(f"SGPR takes likelihoods of one latent function; use SVGP (with "
+                         f"AnalyticVI) for {name}")
+    if method != "vfe":
+        raise ValueError(f"method {method!r} needs a Gaussian likelihood; SGPR with {name} "
+                         "takes method='vfe' (the collapsed augmented bound), or use SVGP")
 
 
 @eqx.filter_jit
-def _sgpr_objective(model, X, y):
-    return model.training_objective(X, y)
+def _sgpr_objective(model, X, y, q_aux):
+    return model.training_objective(X, y, q_aux=q_aux)
 
 
 @eqx.filter_jit
-def _sgpr_elbo(model, X, y):
-    return model.training_objective(X, y, "vfe")
+def _sgpr_elbo(model, X, y, q_aux):
+    return model.training_objective(X, y, "vfe", q_aux)
 
 
 @eqx.filter_jit
@@ -426,10 +565,23 @@ def _sgpr_upper(model, X, y):
 
 
 @eqx.filter_jit
-def _sgpr_q(model, X, y):
-    A, r, d, _, _ = model._terms(X, y)
-    P = jnp.eye(A.shape[0], dtype=A.dtype) + (A / d) @ A.T
-    return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
+def _sgpr_initial_aux(model, X, y):
+    return model.likelihood.aux_posterior(y, model.mean(X), model.kernel.diag(X))
+
+
+@eqx.filter_jit
+def _sgpr_aux_update(model, X, y, q_aux):
+    return model.aux_step(X, y, q_aux)
+
+
+@eqx.filter_jit
+def _sgpr_q(model, X, y, q_aux=None):
+    if model.method == "fitc":
+        A, r, d, _, _ = model._terms(X, y)
+        P = jnp.eye(A.shape[0], dtype=A.dtype) + (A / d) @ A.T
+        return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
+    t = model.collapsed(X, y, q_aux)
+    return NaturalQ(Parameter(t.theta1), Parameter(-0.5 * t.P), whiten=True)
 
 
 @eqx.filter_jit
@@ -488,5 +640,5 @@ class SparsePosterior(FittedPosterior):
         return self.model.inducing.value
 
 
-__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "latent_prior",
-           "inducing_parameter"]
+__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "CollapsedTerms",
+           "latent_prior", "inducing_parameter"]

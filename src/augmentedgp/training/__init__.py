@@ -2,6 +2,7 @@
 shares with the distributed executors (``augmentedgp.training.distributed``, loaded on first
 use because it needs Dask for clusters)."""
 
+from augmentedgp.training.collapsed import fit_collapsed
 from augmentedgp.training.fit import fit, perturb
 
-__all__ = ["fit", "perturb"]
+__all__ = ["fit", "perturb", "fit_collapsed"]

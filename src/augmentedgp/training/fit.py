@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
+from augmentedgp.core.validation import check_int
 from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
@@ -26,9 +27,13 @@ from augmentedgp.inference.vi import QuadratureVI, VariationalInference
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
+from augmentedgp.training.collapsed import fit_collapsed
 from augmentedgp.training.step import (VISetup, check_settings, init_state, model_at, user_form,
                                        vi_step)
 from augmentedgp.variational.families import QPosterior
+
+
+COLLAPSED_LBFGS_ITER = 50  # L-BFGS iterations per round of collapsed augmented VI
 
 
 def _objective(model, inference, X, y):
@@ -48,6 +53,12 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         validation_data=None, patience: int = 5, chunk_size: int = 50, window: int = 20,
         hyper_every: int = 1) -> SitePosterior | SparsePosterior:
     """Fit ``model`` to (X, y) and return its posterior (with ``history``).
+
+    SGPR with an augmented likelihood: collapsed augmented VI
+    (:func:`~augmentedgp.training.collapsed.fit_collapsed`): rounds of closed-form q(w)
+    updates and 50 L-BFGS iterations on the collapsed bound, ``max_iter`` L-BFGS
+    iterations in all, stopping when a round changes the bound by less than ``tol``
+    (relative, default 1e-6).
 
     GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
     otherwise, ``learning_rate`` 0.05); ``inference`` for GP is ``Exact()`` for a Gaussian
@@ -72,6 +83,17 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
     and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
     free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
     """
+    if isinstance(model, SGPR) and not model.gaussian:
+        if (inference is not None or optimizer is not None or n_restarts
+                or validation_data is not None or hyper_every != 1):
+            raise ValueError("an SGPR with an augmented likelihood is fitted by collapsed "
+                             "augmented VI (training.collapsed.fit_collapsed): inference, "
+                             "optimizer, n_restarts, validation_data and hyper_every do not "
+                             "apply")
+        rounds = max(1, -(-check_int(max_iter, "max_iter") // COLLAPSED_LBFGS_ITER))
+        return fit_collapsed(model, X, y, max_rounds=rounds, lbfgs_iter=COLLAPSED_LBFGS_ITER,
+                             tol=1e-6 if tol is None else tol, callback=callback,
+                             verbose=verbose)
     if isinstance(model, GP | SGPR):
         if validation_data is not None or hyper_every != 1:
             raise ValueError("validation_data and hyper_every are for the iterative SVGP / "
