@@ -32,7 +32,7 @@ import scipy.stats as st
 from conftest import FULL, load_shared
 from scipy.special import expit
 from sklearn.base import clone
-from sklearn.exceptions import DataConversionWarning, NotFittedError
+from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFittedError
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from sklearn.metrics import d2_tweedie_score, r2_score
@@ -44,6 +44,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import augmentedgp as agp
 import augmentedgp.sklearn as agp_sklearn
 from augmentedgp import likelihoods as lik
+from augmentedgp.core.loop import History
 from augmentedgp.inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 from augmentedgp.variational import CholeskyQ, NaturalQ
@@ -548,11 +549,12 @@ def fake_fit(monkeypatch):
     estimators' model choice, without training."""
     calls = []
 
-    def fake(model, X, y, inference, *, max_iter, key, verbose):
+    def fake(model, X, y, inference, *, max_iter, key, verbose, **stopping):
         calls.append(types.SimpleNamespace(model=model, inference=inference, max_iter=max_iter,
-                                           y=np.asarray(y)))
-        return types.SimpleNamespace(history=types.SimpleNamespace(objective=np.zeros(3),
-                                                                   converged=True))
+                                           y=np.asarray(y), stopping=stopping))
+        history = History(np.zeros(3), np.arange(3.0), True, "converged",
+                          step_size=np.ones(3))
+        return types.SimpleNamespace(model=model, history=history)
 
     monkeypatch.setattr(agp_sklearn, "_fit", fake)
     monkeypatch.setattr(agp.inducing, "kmeans", lambda X, M, key, **kw: np.asarray(X)[:M])
@@ -613,6 +615,92 @@ def test_model_choice(fake_fit, est, n, kind, model, M, inference, iters):
         assert isinstance(likelihood, agp.augmentation.Augmented)
     if type(est) is GPClassifier and est.likelihood == "logistic" and kind == "classes":
         assert isinstance(likelihood, lik.Logistic)
+
+
+@pytest.mark.parametrize("est, n, kind, batch, iters, finish", [
+    (GPClassifier(), 2001, "classes", 1000, 600, AnalyticVI),  # 3 batches an epoch: 600
+    (GPClassifier(), 40_000, "classes", 1000, 1200, AnalyticVI),  # 40 an epoch: 30 epochs
+    (GPClassifier(), 200_000, "classes", 1000, 5000, AnalyticVI),  # capped
+    (GPClassifier(max_iter=50), 2001, "classes", 1000, 50, AnalyticVI),
+    (GPClassifier("softmax"), 2001, "3classes", 1000, 600, QuadratureVI),
+    (GPRegressor("student_t"), 2001, "real", 1000, 600, AnalyticVI),
+    (GPCountRegressor(), 2001, "counts", 1000, 600, QuadratureVI),
+    (GPClassifier(batch_size=100), 2001, "classes", 100, 2000, None),  # the user's batches
+    (GPClassifier(batch_size=None), 2001, "classes", None, 500, None),  # full batch
+    (GPClassifier(n_inducing=None), 2001, "classes", None, 500, None),  # VGP: full batch
+    (GPClassifier(n_inducing=3000), 2001, "classes", None, 500, None),  # not sparse
+])
+def test_defaults_by_size(fake_fit, est, n, kind, batch, iters, finish):
+    """batch_size="auto": full batch up to FULL_BATCH_MAX points; above it (sparse models)
+    minibatches of AUTO_BATCH for 30 epochs (600 to 5000 iterations, or max_iter) that stop
+    when the epoch-averaged objective settles, then FINISH_ITER full-batch iterations from
+    that solution; an explicit batch_size (or None) or n_inducing=None is used as given."""
+    assert n == agp_sklearn.FULL_BATCH_MAX + 1 or n > agp_sklearn.FULL_BATCH_MAX
+    X, y = _fake_data(n, kind)
+    est = clone(est).fit(X, y)
+    first = fake_fit[0]
+    assert first.inference.batch_size == batch and first.max_iter == iters
+    if batch == agp_sklearn.AUTO_BATCH and finish is not None:
+        epoch = -(-n // batch)
+        assert first.stopping == {"tol": agp_sklearn.SVI_TOL, "window": max(epoch, 20)}
+        assert len(fake_fit) == 2
+        second = fake_fit[1]
+        assert type(second.inference) is finish and second.inference.batch_size is None
+        assert second.max_iter == agp_sklearn.FINISH_ITER
+        assert second.model is first.model  # starts from the minibatch solution
+        assert est.n_iter_ == 6 and est.history_.converged  # both stages' iterations
+        np.testing.assert_array_equal(est.history_.wall_time, [0, 1, 2, 2, 3, 4])
+    else:
+        assert len(fake_fit) == 1 and first.stopping == {} and est.n_iter_ == 3
+
+
+@pytest.mark.parametrize("finish_objective, converged", [
+    ([1000.0, 999.5, 999.2], True),  # the full-batch steps barely move: converged
+    ([1000.0, 990.0, 985.0], False),  # they still gain 1.5%: ConvergenceWarning
+])
+def test_auto_minibatch_convergence(monkeypatch, finish_objective, converged):
+    """The default minibatch path has converged when its minibatch stage did, or when the
+    full-batch iterations after it change the full objective by less than FINISH_TOL."""
+    calls = []
+
+    def fake(model, X, y, inference, *, max_iter, key, verbose, **stopping):
+        calls.append(inference)
+        obj = np.full(5, 1e3) if len(calls) == 1 else np.array(finish_objective)
+        return types.SimpleNamespace(model=model, history=History(
+            obj, np.arange(obj.size, dtype=float), False, "max_iter reached",
+            step_size=np.ones(obj.size)))
+
+    monkeypatch.setattr(agp_sklearn, "_fit", fake)
+    monkeypatch.setattr(agp.inducing, "kmeans", lambda X, M, key, **kw: np.asarray(X)[:M])
+    X, y = _fake_data(agp_sklearn.FULL_BATCH_MAX + 1, "classes")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = GPClassifier().fit(X, y)
+    assert [type(c) for c in calls] == [AnalyticSVI, AnalyticVI]
+    assert est.history_.converged is converged and est.n_iter_ == 8
+    warned = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert len(warned) == (0 if converged else 1)
+    assert ("below" if converged else "above") in est.history_.message
+
+
+def test_auto_minibatch_path_trains(monkeypatch, clf_data, clf):
+    """The default path above FULL_BATCH_MAX, run for real on a small problem (the size
+    thresholds lowered): minibatches with Robbins-Monro steps, then full-batch CAVI steps
+    (step 1); its predictions agree with the full-batch default's."""
+    monkeypatch.setattr(agp_sklearn, "FULL_BATCH_MAX", 40)
+    monkeypatch.setattr(agp_sklearn, "AUTO_BATCH", 20)
+    monkeypatch.setattr(agp_sklearn, "SVI_MIN_ITER", 300)
+    X, y = clf_data
+    est = GPClassifier(n_inducing=20, random_state=0).fit(X, y)
+    hist = est.history_
+    finish = agp_sklearn.FINISH_ITER
+    assert type(est.posterior_.model) is agp.SVGP and est.n_iter_ == len(hist.objective)
+    assert 40 < est.n_iter_ <= 300 + finish
+    steps = hist.step_size
+    assert np.all(np.diff(steps[:-finish]) < 0) and steps[-finish - 1] < 0.2  # Robbins-Monro
+    np.testing.assert_array_equal(steps[-finish:], 1.0)  # the CAVI update
+    assert np.all(np.diff(hist.wall_time) >= 0)
+    assert np.mean(np.abs(est.predict_proba(XC) - clf.predict_proba(XC))) < 0.1
 
 
 def test_sparse_minibatch_classifier(clf_data, clf):

@@ -6,14 +6,18 @@ a full GP (exact for a Gaussian likelihood, otherwise a full variational GP) up 
 otherwise, with ``n_inducing`` k-means inducing inputs) above. It fits it with
 :func:`augmentedgp.fit`: type-II maximum likelihood for the Gaussian models, augmented
 conjugate VI (``AnalyticVI``, or ``AnalyticSVI`` with ``batch_size``) for the augmentable
-likelihoods and quadrature VI for the others. The fitted model is ``posterior_``;
+likelihoods and quadrature VI for the others; by default the variational fits take
+minibatches above ``FULL_BATCH_MAX`` points, then a few full-batch iterations (see
+``batch_size`` in :class:`GPRegressor`). The fitted model is ``posterior_``;
 ``history_`` and ``n_iter_`` describe the training.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
+import equinox as eqx
 import numpy as np
 import scipy.stats
 
@@ -32,6 +36,7 @@ from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik
 from augmentedgp import likelihoods as _multi
 from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.core.loop import History
 from augmentedgp.core.params import fixed, positive
 from augmentedgp.core.quadrature import hermite_nodes
 from augmentedgp.core.validation import check_int
@@ -57,12 +62,95 @@ def _positive_int(value, name, allow_none=True):
     return check_int(value, name, allow_none=allow_none)
 
 
+# The defaults by size (docs/design.md, "Defaults by size"): variational fits of sparse
+# models on more than FULL_BATCH_MAX points take minibatches of AUTO_BATCH points for
+# SVI_EPOCHS epochs (at least SVI_MIN_ITER, at most SVI_MAX_ITER iterations), stopping early
+# when the objective averaged over an epoch changes by less than SVI_TOL (relative) from
+# the epoch before; then FINISH_ITER full-batch iterations (natural step 1: the CAVI update
+# of q(u) given all the data, [Wenzel2019, eq. 12] with rho = 1) remove the minibatch noise.
+# The fit has converged when those change the full objective by less than FINISH_TOL.
+FULL_BATCH_MAX = 2000
+AUTO_BATCH = 1000
+SVI_EPOCHS, SVI_MIN_ITER, SVI_MAX_ITER = 30, 600, 5000
+SVI_TOL = 1e-4
+FINISH_ITER = 10
+FINISH_TOL = 1e-3
+FULL_BATCH_ITER, MINIBATCH_ITER = 500, 2000  # max_iter's defaults otherwise
+
+
+class _VIPlan(NamedTuple):
+    """How a variational fit runs: minibatch size (None: full batch), iterations, the
+    stopping rule's settings for ``fit`` and the full-batch iterations that follow."""
+
+    batch_size: int | None
+    max_iter: int
+    stopping: dict
+    finish: int
+
+
+def _vi_plan(n, sparse, batch_size, max_iter) -> _VIPlan:
+    """The training of a variational model on n points from the estimator's ``batch_size``
+    ("auto", None or an int) and ``max_iter`` (None or an int)."""
+    max_iter = _positive_int(max_iter, "max_iter")
+    if _check_batch(batch_size) == "auto":
+        if not (sparse and n > FULL_BATCH_MAX):
+            return _VIPlan(None, max_iter or FULL_BATCH_ITER, {}, 0)
+        epoch = -(-n // AUTO_BATCH)
+        iters = max_iter or int(np.clip(SVI_EPOCHS * epoch, SVI_MIN_ITER, SVI_MAX_ITER))
+        # the objective of an epoch's minibatches sums over every point once: its mean over
+        # an epoch is the full objective, without the minibatch noise of a shorter window
+        return _VIPlan(AUTO_BATCH, iters, {"tol": SVI_TOL, "window": max(epoch, 20)},
+                       FINISH_ITER)
+    batch = batch_size
+    if batch is None or batch >= n:
+        return _VIPlan(None, max_iter or FULL_BATCH_ITER, {}, 0)
+    return _VIPlan(batch, max_iter or MINIBATCH_ITER, {}, 0)
+
+
+def _check_batch(batch_size):
+    if isinstance(batch_size, str) and batch_size == "auto":
+        return batch_size
+    return _positive_int(batch_size, "batch_size")
+
+
+def _joined(first, second) -> History:
+    """One history of the minibatch stage and the full-batch iterations after it. It has
+    converged if the first stage did, or if the second half of the full-batch iterations
+    changed the full objective by less than FINISH_TOL (relative; the first full-batch step
+    moves q(u) from the minibatch estimate to its optimum given all the data, a jump that
+    says nothing about convergence)."""
+    cat = lambda a, b: None if a is None or b is None else np.concatenate([a, b])
+    f = second.objective
+    settled = abs(f[-1] - f[f.size // 2]) / (abs(f[f.size // 2]) + 1.0) < FINISH_TOL
+    message = (f"{first.message}; then {f.size} full-batch iterations (relative change of "
+               f"the objective over the last {f.size - f.size // 2} "
+               f"{'below' if settled else 'above'} {FINISH_TOL:g})")
+    return History(np.concatenate([first.objective, f]),
+                   np.concatenate([first.wall_time, first.wall_time[-1:] + second.wall_time]),
+                   bool(first.converged or settled), message,
+                   step_size=cat(first.step_size, second.step_size))
+
+
 def _store_params(estimator, params):
     """Keep every constructor argument as an attribute of the same name, as scikit-learn
     requires of ``__init__`` (no validation here: ``fit`` validates)."""
     for name, value in params.items():
         if name != "self":
             setattr(estimator, name, value)
+
+
+# The likelihood's predictive integrals as one compiled program per input shape: run op by
+# op, each of their dozens of primitives would compile for every new shape (scikit-learn's
+# checks predict at many shapes).
+@eqx.filter_jit
+def _likelihood_moments(likelihood, mean, var, what):
+    return likelihood.predict_y(mean, var) if what == "y" else likelihood.predict_proba(mean,
+                                                                                         var)
+
+
+@eqx.filter_jit
+def _predictive_log_prob(likelihood, y, mean, var):
+    return likelihood.predictive_log_prob(y, mean, var)
 
 
 class _GPEstimator(BaseEstimator):
@@ -97,7 +185,6 @@ class _GPEstimator(BaseEstimator):
         else:
             M = _positive_int(self.n_inducing, "n_inducing")
         sparse = M is not None and n > M
-        batch = _positive_int(self.batch_size, "batch_size")
         max_iter = _positive_int(self.max_iter, "max_iter")
         key = jax.random.key(self._seed())
         kernel = self._kernel(d)
@@ -114,17 +201,25 @@ class _GPEstimator(BaseEstimator):
         else:
             model = GP(kernel, likelihood) if gaussian else VGP(kernel, likelihood, q=q)
         if gaussian:
+            _check_batch(self.batch_size)  # not used: validated all the same
             inference, iters = None, max_iter or 200
+            self.posterior_ = _fit(model, Xs, y, inference, max_iter=iters, key=key,
+                                   verbose=bool(self.verbose))
+            history = self.posterior_.history
         else:
-            minibatch = batch is not None and batch < n
-            if augmented:
-                inference = AnalyticSVI(batch) if minibatch else AnalyticVI()
-            else:
-                inference = QuadratureSVI(batch) if minibatch else QuadratureVI()
-            iters = max_iter or (2000 if minibatch else 500)
-        self.posterior_ = _fit(model, Xs, y, inference, max_iter=iters, key=key,
-                               verbose=bool(self.verbose))
-        self.history_ = self.posterior_.history
+            plan = _vi_plan(n, sparse, self.batch_size, max_iter)
+            vi = (AnalyticSVI, AnalyticVI) if augmented else (QuadratureSVI, QuadratureVI)
+            inference = vi[0](plan.batch_size) if plan.batch_size else vi[1]()
+            self.posterior_ = _fit(model, Xs, y, inference, max_iter=plan.max_iter, key=key,
+                                   verbose=bool(self.verbose), **plan.stopping)
+            history = self.posterior_.history
+            if plan.finish:  # full-batch iterations from the minibatch solution
+                first = history
+                self.posterior_ = _fit(self.posterior_.model, Xs, y, vi[1](),
+                                       max_iter=plan.finish, key=key, verbose=bool(self.verbose),
+                                       chunk_size=plan.finish)
+                history = _joined(first, self.posterior_.history)
+        self.history_ = history
         self.n_iter_ = max(1, len(self.history_.objective))
         if not self.history_.converged:  # scikit-learn's convention
             warnings.warn(f"{type(self).__name__} stopped before converging "
@@ -149,8 +244,8 @@ class _GPEstimator(BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         post = self.posterior_
         mean, var = post.predict_f(self._scaler.transform(X))
-        out = (post.likelihood.predict_y(mean, var) if what == "y" else
-               post.likelihood.predict_proba(mean, var) if what == "proba" else (mean, var))
+        out = (mean, var) if what == "f" else _likelihood_moments(post.likelihood, mean, var,
+                                                                   what)
         return tuple(np.asarray(a) for a in out) if isinstance(out, tuple) else np.asarray(out)
 
     def __sklearn_tags__(self):
@@ -191,7 +286,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
         shift, scale = self.target_scale_
         lik = self.posterior_.likelihood
         yy = lik.check_targets((y - shift) / scale)
-        return np.asarray(lik.predictive_log_prob(yy, mean, var)) - np.log(scale)
+        return np.asarray(_predictive_log_prob(lik, yy, mean, var)) - np.log(scale)
 
     def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)):
         """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)).
@@ -255,13 +350,18 @@ class GPRegressor(_Regressor):
         full variational GP). ``"auto"`` (default) is 100 for the variational models and,
         for a Gaussian likelihood, the exact GP up to 2000 points and 500 above. ``None``
         never uses a sparse model.
-    batch_size : minibatch size of stochastic VI (non-Gaussian likelihoods); None is full
-        batch.
+    batch_size : minibatches of stochastic VI (non-Gaussian likelihoods). ``"auto"``
+        (default): full batch up to 2000 points; above, minibatches of 1000 points for
+        30 epochs (600 to 5000 iterations; the stopping rule compares epoch averages of the
+        objective), then 10 full-batch iterations from that solution (module constants
+        ``FULL_BATCH_MAX``, ``AUTO_BATCH``, ``SVI_EPOCHS``, ``FINISH_ITER``). None: full
+        batch; an int: minibatches of that size, no full-batch finish.
     df : Student-t degrees of freedom (fixed).
     inference : "auto" (augmented VI), "analytic" or "quadrature".
     normalize_y : standardise the targets before fitting.
     max_iter : iterations of the optimiser (default 200 for L-BFGS, 500 full-batch VI,
-        2000 minibatch VI).
+        2000 minibatch VI with an explicit ``batch_size``, the epoch budget above with
+        ``"auto"``).
     random_state : seeds the k-means inducing points and minibatches.
     verbose : show a progress bar.
     """
@@ -271,7 +371,7 @@ class GPRegressor(_Regressor):
                     "laplace": lambda s: _lik.Laplace(0.1)}
 
     def __init__(self, likelihood="gaussian", kernel="rbf", *, ard=True, n_inducing="auto",
-                 batch_size=None, df=4.0, inference="auto",
+                 batch_size="auto", df=4.0, inference="auto",
                  normalize_y=True, max_iter=None, random_state=None, verbose=False):
         _store_params(self, locals())
 
@@ -310,7 +410,7 @@ class GPCountRegressor(_Regressor):
                     "negative_binomial": lambda s: _lik.NegativeBinomial(s.r, integer=False)}
 
     def __init__(self, likelihood="poisson", kernel="rbf", *, ard=True, n_inducing="auto",
-                 batch_size=None, r=1.0, inference="auto",
+                 batch_size="auto", r=1.0, inference="auto",
                  max_iter=None, random_state=None, verbose=False):
         _store_params(self, locals())
 
@@ -361,7 +461,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     """
 
     def __init__(self, likelihood="logistic", kernel="rbf", *, ard=True, n_inducing="auto",
-                 batch_size=None, inference="auto", max_iter=None,
+                 batch_size="auto", inference="auto", max_iter=None,
                  random_state=None, verbose=False):
         _store_params(self, locals())
 
