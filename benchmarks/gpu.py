@@ -106,9 +106,10 @@ def gibbs():
 devices = {"CPU": jax.devices("cpu")[0]}
 try:
     devices["GPU"] = jax.devices("gpu")[0]
-except RuntimeError:
+except RuntimeError as err:
     if not args.quick:
-        raise SystemExit("no GPU visible to JAX: run with --quick for a CPU-only smoke test")
+        raise SystemExit("no GPU visible to JAX: run with --quick for a CPU-only smoke "
+                         "test") from err
 names = {k: getattr(d, "device_kind", str(d)) for k, d in devices.items()}
 print("devices:", names, flush=True)
 

@@ -12,8 +12,7 @@ import pytest
 import augmentedgp as agp
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import bucket_size, optax_optimizer, pad_rows
-from augmentedgp.training.step import (VISetup, init_state, model_at, step_form, user_form,
-                                       vi_step)
+from augmentedgp.training.step import VISetup, init_state, model_at, step_form, user_form, vi_step
 from augmentedgp.variational.families import CholeskyQ, NaturalQ
 
 
@@ -115,7 +114,7 @@ def test_step_form_is_the_same_distribution_and_round_trips(C):
     if C == 1:
         q = random_q(m.q)
     else:  # stacked latents: one random q per latent
-        qs = [random_q(jax.tree_util.tree_map(lambda a: a[c], m.q)) for c in range(C)]
+        qs = [random_q(jax.tree_util.tree_map(lambda a, c=c: a[c], m.q)) for c in range(C)]
         q = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *qs)
     m = eqx.tree_at(lambda m: m.q, m, q)
     nat = step_form(m, natural=True)

@@ -15,5 +15,6 @@ from augmentedgp.core import (
 from augmentedgp.core.errors import AugmentedGPError, ConvergenceError, NotPositiveDefiniteError
 from augmentedgp.core.loop import History
 
-__all__ = ["diagnostics", "linalg", "loop", "params", "precision", "quadrature", "runtime", "validation",
-           "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError", "History"]
+__all__ = ["diagnostics", "linalg", "loop", "params", "precision", "quadrature", "runtime",
+           "validation", "AugmentedGPError", "ConvergenceError", "NotPositiveDefiniteError",
+           "History"]

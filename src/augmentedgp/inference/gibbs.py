@@ -147,9 +147,10 @@ def _draw_full(key, prior: FullPrior, beta, gamma, f=None, rho=0.0):
 
     With ``rho`` != 0 and the current value ``f``, the overrelaxed move
     mu + rho (f - mu) + sqrt(1 - rho^2) (f* - mu), f* the draw (the overrelaxation of a
-    Gaussian conditional, [Adler1981]; [Neal1998]): it leaves N(mu, S) invariant and is reversible, so the
-    chain keeps its stationary law; rho < 0 makes successive draws anti-correlated. mu is
-    the same rule without the noise: one more right-hand side for the same factor."""
+    Gaussian conditional, [Adler1981]; [Neal1998]): it leaves N(mu, S) invariant and is
+    reversible, so the chain keeps its stationary law; rho < 0 makes successive draws
+    anti-correlated. mu is the same rule without the noise: one more right-hand side for
+    the same factor."""
     n = prior.m0.shape[0]
     e = jax.random.normal(key, (2, n), prior.K.dtype)
     f0 = prior.m0 + prior.L @ e[0]

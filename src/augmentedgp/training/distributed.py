@@ -57,10 +57,10 @@ from augmentedgp.training.step import (
     check_settings,
     init_state,
     model_at,
-    user_form,
     prior_objective,
     statistics,
     update,
+    user_form,
 )
 from augmentedgp.variational.families import SiteQ
 

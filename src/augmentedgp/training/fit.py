@@ -19,8 +19,8 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
-from augmentedgp.core.validation import check_int
 from augmentedgp.core.params import Identity, is_parameter, log_prior
+from augmentedgp.core.validation import check_int
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference
@@ -28,10 +28,15 @@ from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
 from augmentedgp.training.collapsed import fit_collapsed
-from augmentedgp.training.step import (VISetup, check_settings, init_state, model_at, user_form,
-                                       vi_step)
+from augmentedgp.training.step import (
+    VISetup,
+    check_settings,
+    init_state,
+    model_at,
+    user_form,
+    vi_step,
+)
 from augmentedgp.variational.families import QPosterior
-
 
 COLLAPSED_LBFGS_ITER = 50  # L-BFGS iterations per round of collapsed augmented VI
 

@@ -243,4 +243,5 @@ def vi_step(state: VIState, args):
 
 
 __all__ = ["check_settings", "VIState", "VISetup", "Statistics", "init_state", "statistics",
-           "prior_objective", "weighted", "update", "joint_step", "vi_step", "with_q", "model_at", "step_form", "user_form"]
+           "prior_objective", "weighted", "update", "joint_step", "vi_step", "with_q", "model_at",
+           "step_form", "user_form"]
