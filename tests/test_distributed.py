@@ -308,13 +308,16 @@ def test_bad_arguments(client):
 
 def _load(a, b, marker, action):
     """A partition loader that, once, when ``marker`` exists, kills the worker process it
-    runs in (or raises: an interruption of the driver's fit)."""
-    if os.path.exists(marker):
+    runs in (or raises: an interruption of the driver's fit). Removing the marker is the
+    claim: loaders run concurrently, and only the one whose removal succeeds acts (a
+    check-then-remove let two loaders see the marker and the loser fail on the removal)."""
+    try:
         os.remove(marker)
-        if action == "kill":
-            os.kill(os.getpid(), 9)
-        raise RuntimeError("interrupted")
-    return X[a:b], Y[a:b]
+    except FileNotFoundError:
+        return X[a:b], Y[a:b]
+    if action == "kill":
+        os.kill(os.getpid(), 9)
+    raise RuntimeError("interrupted")
 
 
 def _loaders(marker, action):
