@@ -4,6 +4,9 @@ import os
 # (augmentedgp.core.runtime limits the loaded pools when `import augmentedgp` below runs),
 # forced here so that a developer's OPENBLAS_NUM_THREADS cannot change it
 os.environ["AUGMENTEDGP_BLAS_THREADS"] = "1"
+# the persistent compilation cache stays off in the suite: worker processes (xdist, Dask)
+# would write the same entries at once (not yet shown to be safe from an empty cache)
+os.environ.setdefault("AUGMENTEDGP_COMPILATION_CACHE", "0")
 
 from pathlib import Path  # noqa: E402
 
