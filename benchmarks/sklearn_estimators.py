@@ -112,6 +112,8 @@ def defaults_section(args):
     cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
     rows, splits = [], []
     for name, task, target in DEFAULT_PROBLEMS:
+        if args.problems and name not in args.problems.split(","):
+            continue
         data = H.dataset(name, "auto", args.n_defaults, args.n_test_defaults, seed=args.seed,
                          test_fraction=0.2, scale_x=False, y_dtype=None)
         splits.append(f"{name}: {data.split}")
@@ -166,6 +168,9 @@ def main():
     p.add_argument("--baseline", action="store_true",
                    help="'defaults' section: also the previous defaults (slow)")
     p.add_argument("--only-defaults", action="store_true", help="only the 'defaults' section")
+    p.add_argument("--problems", default=None,
+                   help="'defaults' section: a comma-separated subset of "
+                   + ",".join(name for name, _, _ in DEFAULT_PROBLEMS))
     p.add_argument("--skip-defaults", action="store_true", help="no 'defaults' section")
     args = H.parse(p, {"n_train": 150, "n_train_multi": 150, "n_test": 500,
                        "n_defaults": 3000, "n_test_defaults": 1000},

@@ -12,7 +12,7 @@ import pytest
 import augmentedgp as agp
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import bucket_size, optax_optimizer, pad_rows
-from augmentedgp.training.step import VISetup, init_state, model_at, step_form, user_form, vi_step
+from augmentedgp.training.step import init_state, model_at, step_form, user_form, vi_step
 from augmentedgp.variational.families import CholeskyQ, NaturalQ
 
 
@@ -49,8 +49,8 @@ def test_padding_has_weight_zero_and_repeats_a_data_row():
 
 def unpadded_run(m, X, y, inference, iters, hyper_every=1):
     """The reference: the same steps on the unpadded data, w = None."""
-    state, setup = init_state(m, lambda s: VISetup(s, inference, optax_optimizer("adam", 0.01),
-                                                   hyper_every), jax.random.key(0), X.shape[0])
+    state, setup = init_state(m, inference, optax_optimizer("adam", 0.01), hyper_every,
+                              jax.random.key(0), X.shape[0])
     Xa, ya = m.validate_data(X, y)
     for _ in range(iters):
         state, _ = vi_step(state, (setup, Xa, ya, None))

@@ -52,7 +52,6 @@ from augmentedgp.inference.vi import AnalyticVI, VariationalInference
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 from augmentedgp.training.step import (
     Statistics,
-    VISetup,
     VIState,
     check_settings,
     init_state,
@@ -493,8 +492,7 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
             step, runner = _dask_step, _loop
         if inference.batch_size is not None and inference.batch_size > n:
             raise ValueError(f"batch_size {inference.batch_size} exceeds the {n} data points")
-        state, setup = init_state(
-            model, lambda static: VISetup(static, inference, opt, hyper_every), key, n)
+        state, setup = init_state(model, inference, opt, hyper_every, key, n)
         if devices is None:
             args = (setup, _DaskMap(client, parts, setup.static, inference, bar))
         on_chunk, resume = None, None

@@ -29,7 +29,6 @@ from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
 from augmentedgp.training.collapsed import fit_collapsed
 from augmentedgp.training.step import (
-    VISetup,
     check_settings,
     init_state,
     model_at,
@@ -201,8 +200,7 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     # set of similar size reuses the compiled program (a VGP's inducing inputs are its data)
     full = inference.batch_size is None and not isinstance(model, VGP)
     Xp, yp, w = pad_rows(Xa, ya) if full else (Xa, ya, None)
-    state, setup = init_state(model, lambda static: VISetup(static, inference, opt, hyper_every),
-                              key, Xp.shape[0])
+    state, setup = init_state(model, inference, opt, hyper_every, key, Xp.shape[0])
     to_model = lambda s: user_form(model_at(s.hyper, s.q, setup.static), model.q)
     state, hist = run_steps(vi_step, state, (setup, Xp, yp, w), to_model, max_iter=max_iter,
                             tol=tol, chunk_size=chunk_size, window=window, callback=callback,

@@ -113,14 +113,14 @@ def user_form(model, template):
     return eqx.tree_at(lambda m: m.q, model, new)
 
 
-def init_state(model, setup_of, key, n: int) -> tuple[VIState, VISetup]:
-    """The initial state of ``model`` (its q(u) in :func:`step_form`) and the fixed setup;
-    ``setup_of(static)`` builds the :class:`VISetup`. The model of a state is
-    ``user_form(model_at(state.hyper, state.q, setup.static), model.q)``."""
-    probe = setup_of(None)
-    model = step_form(model, probe.inference.natural)
+def init_state(model, inference, optimizer, hyper_every: int, key, n: int
+               ) -> tuple[VIState, VISetup]:
+    """The initial state of ``model`` (its q(u) in :func:`step_form`) for ``inference`` with
+    ``optimizer`` on the hyperparameters, and the fixed :class:`VISetup`. The model of a
+    state is ``user_form(model_at(state.hyper, state.q, setup.static), model.q)``."""
+    model = step_form(model, inference.natural)
     params, static = partition_trainable(model)
-    setup = setup_of(static)
+    setup = VISetup(static, inference, optimizer, hyper_every)
     hyper, q = eqx.tree_at(lambda m: m.q, params, None), params.q
     natural = setup.inference.natural
     opt_state = setup.optimizer.init(hyper if natural else (hyper, q))
