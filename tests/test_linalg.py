@@ -345,10 +345,14 @@ def test_mvn_logpdf_gradient_under_vmap():
         assert _rel(GK[b], GK1) < 1e-12
     assert _rel(GK[0], _sym_grad_K(r[0], K[0])) < 1e-10
     assert np.isnan(float(values[2])) and np.all(np.isnan(np.asarray(GK[2])))
-    # a batch of two n = 300 problems: two column panels each
+    # two n = 300 problems (two column panels each) through lax.map, one matrix per LAPACK
+    # call: vmapped at this size, jaxlib 0.10's batched LAPACK kernels deadlocked XLA's
+    # 2-thread intra-op pool here (every pool thread idle, the result never ready), the
+    # hazard variational.map_latents and the Gibbs sampler avoid the same way
     r = rng.normal(size=(2, 300))
     K = np.stack([_spd(300, seed=57, cond=100.0), _spd(300, seed=58, cond=1e3)])
-    GK = np.asarray(jax.jit(jax.vmap(jax.grad(la.mvn_logpdf, argnums=1)))(r, K))
+    grad = jax.grad(la.mvn_logpdf, argnums=1)
+    GK = np.asarray(jax.jit(lambda r, K: jax.lax.map(lambda a: grad(*a), (r, K)))(r, K))
     for b in range(2):
         assert _rel(GK[b], _sym_grad_K(r[b], K[b])) < 1e-10
 
