@@ -97,6 +97,19 @@ def test_restart_options_are_checked():
         agp.fit(model(), X, y, max_iter=-1)
 
 
+@pytest.mark.parametrize("setting", [{"chunk_size": 0}, {"window": 0}, {"patience": -1},
+                                     {"chunk_size": 2.5}, {"window": True}])
+def test_training_loop_settings_are_checked(setting):
+    """The variational loop's chunk, window and patience are positive integers: a clear
+    ValueError naming the argument (chunk_size=0 was an IndexError, window=0 and
+    patience=-1 were accepted)."""
+    svgp = agp.SVGP(agp.kernels.RBF(1.0), agp.likelihoods.Logistic(), X[:5], q="natural_whitened")
+    name = next(iter(setting))
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+        agp.fit(svgp, X, (y > 0).astype(float), agp.inference.AnalyticSVI(10), max_iter=5,
+                **setting)
+
+
 def test_exact_inference_needs_gaussian_likelihood():
     clf = agp.GP(agp.kernels.RBF(1.0), agp.likelihoods.Logistic())
     with pytest.raises(ValueError, match="Exact inference needs a Gaussian likelihood"):

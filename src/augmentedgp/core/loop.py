@@ -26,6 +26,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 
 from augmentedgp.core.params import partition_trainable
+from augmentedgp.core.validation import check_int
 
 
 @dataclasses.dataclass(eq=False)
@@ -210,6 +211,8 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     those three lists continues a run that stopped there: it then ends as the uninterrupted
     run would (same chunk boundaries, same convergence test).
     """
+    chunk_size, window, patience = (check_int(v, name) for v, name in (
+        (chunk_size, "chunk_size"), (window, "window"), (patience, "patience")))
     run_chunk = _run_chunk if runner is None else runner
     values, sizes, times = ([], [], []) if resume is None else map(list, resume)
     monitored = []
