@@ -4,10 +4,25 @@ A model directory holds two files:
 
 - ``manifest.json``: the format and library version, the saved object's class, its
   likelihood, its settings and label mapping (for humans and tools), the SHA-256 of the
-  array file, and ``tree``: the object's structure -- class names (resolved only inside
+  array file, ``tree``: the object's structure -- class names (resolved only inside
   ``augmentedgp`` when loading), field names, Python scalars and strings, with each array
-  replaced by its key in the array file;
+  replaced by its key in the array file, its dtype and its shape -- and ``manifest_sha256``:
+  the SHA-256 of the manifest itself, taken over its canonical JSON (keys sorted, no
+  whitespace, ASCII) without the ``manifest_sha256`` field. The two digests together cover
+  everything that loading reads: an edited number, class name or array is detected;
 - ``arrays.npz``: every array, read back with ``allow_pickle=False``.
+
+Loading trusts nothing in the directory, and every problem raises :class:`ModelFileError`
+naming the file: both files must lie inside the model directory (the manifest's file name
+must be a plain name -- no path separator, no ``..``, not absolute -- and a link must not
+lead outside the directory); the manifest must be strict JSON in UTF-8, nested at most
+``MAX_DEPTH`` levels; every node of ``tree`` must have the structure :func:`save` writes;
+the root must be of the manifest's ``model_class``; and the array file must hold exactly the
+arrays the tree names, with the dtypes and shapes it records. Directories of model format 1
+(augmentedgp 0.1.0, before the manifest digest) still load: their arrays are checked
+against the array checksum, their manifest by its structure only. The digests detect
+corruption and edits, not a forgery by someone who recomputes them; that the file holds no
+code is what makes loading safe.
 
 Any object built from augmentedgp classes can be saved: fitted posteriors of every model
 (``GP``, ``SGPR``, ``VGP``, ``SVGP``, ``MCGP``), unfitted models, and the scikit-learn
@@ -27,6 +42,7 @@ import io
 import json
 import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +54,13 @@ from augmentedgp.core.errors import AugmentedGPError
 from augmentedgp.core.version import __version__
 
 FORMAT = "augmentedgp-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Format 1 (0.1.0): no manifest digest, no dtype and shape in the array nodes.
+_READABLE_FORMATS = (1, 2)
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"
+_DIGEST = "manifest_sha256"
+MAX_DEPTH = 200  # nesting levels of the manifest's JSON; the library's models need < 20
+_DTYPE_KINDS = "biufcUS"  # booleans, numbers and (label) strings: nothing that needs pickle
 _PACKAGE = __package__  # "augmentedgp"
 
 
@@ -62,8 +83,9 @@ class _Encoder:
 
     def array(self, value, kind: str):
         key = f"a{len(self.arrays)}"
-        self.arrays[key] = np.asarray(value)
-        return {"__array__": key, "kind": kind}
+        value = self.arrays[key] = np.asarray(value)
+        return {"__array__": key, "kind": kind, "dtype": value.dtype.str,
+                "shape": list(value.shape)}
 
     def __call__(self, obj, path: str):
         if obj is None or isinstance(obj, (bool, str)):
@@ -161,11 +183,23 @@ def _lookup(module: str, qualname: str):
     return obj
 
 
-def _resolve(name: str):
+def _is_name(dotted: str) -> bool:
+    """Identifiers joined by dots, none of them a dunder (``__main__``, ``__class__``)."""
+    return all(p.isidentifier() and not (p.startswith("__") and p.endswith("__"))
+               for p in dotted.split("."))
+
+
+def _resolve(name):
+    if not isinstance(name, str) or name.count(":") != 1:
+        raise ModelFileError(f"corrupted model tree: {name!r} is not a class name "
+                             "('module:qualname')")
     module, _, qualname = name.partition(":")
     if not (module == _PACKAGE or module.startswith(_PACKAGE + ".")):
         raise ModelFileError(f"the model file refers to {name}, outside augmentedgp; refusing "
                              "to load it")
+    if not (_is_name(module) and _is_name(qualname)):
+        raise ModelFileError(f"the model file refers to {name!r}, which is not an augmentedgp "
+                             "class name; refusing to load it")
     obj = None
     for candidate in _MOVED.get(module, (module,)):
         try:
@@ -184,69 +218,297 @@ def _resolve(name: str):
     return obj
 
 
-class _Decoder:
-    def __init__(self, arrays):
-        self.arrays = arrays
+# The kinds of node that _Encoder writes: marker -> (required keys, optional keys).
+_NODES = {
+    "__array__": ({"__array__", "kind"}, {"impl", "dtype", "shape"}),
+    "__randomstate__": ({"__randomstate__"}, set()),
+    "__objects__": ({"__objects__", "shape"}, set()),
+    "__float__": ({"__float__"}, set()),
+    "__tuple__": ({"__tuple__"}, set()),
+    "__dict__": ({"__dict__"}, set()),
+    "__namedtuple__": ({"__namedtuple__", "fields"}, set()),
+    "__object__": ({"__object__", "fields"}, set()),
+    "__instance__": ({"__instance__", "state"}, set()),
+}
+_CLASS_NODES = ("__namedtuple__", "__object__", "__instance__")
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
-    def __call__(self, node):
-        if node is None or isinstance(node, (bool, int, float, str)):
+
+def _is_shape(value) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
+
+
+class _Decoder:
+    """Rebuilds the object of a manifest's tree, checking each node's structure; ``where``
+    is the node's path in the tree, for the messages. ``typed``: array nodes carry their
+    dtype and shape (format 2 on)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], typed: bool):
+        self.arrays, self.typed = arrays, typed
+        self.used: set[str] = set()
+
+    @staticmethod
+    def fail(where: str, what: str):
+        raise ModelFileError(f"corrupted model tree at {where}: {what}")
+
+    def check(self, cond, where: str, what: str):
+        if not cond:
+            self.fail(where, what)
+
+    def __call__(self, node, where: str):
+        if node is None or isinstance(node, (bool, int, str)):
+            return node
+        if isinstance(node, float):  # non-finite floats are written as {"__float__": ...}
+            self.check(math.isfinite(node), where, f"the number {node} is out of range")
             return node
         if isinstance(node, list):
-            return [self(v) for v in node]
-        if not isinstance(node, dict):
-            raise ModelFileError(f"corrupted model tree: unexpected {type(node).__name__}")
-        if "__array__" in node:
-            key = node["__array__"]
-            if key not in self.arrays:
-                raise ModelFileError(f"corrupted model directory: array {key!r} is missing from "
-                                     f"{ARRAYS}")
-            value = self.arrays[key]
-            if node.get("kind") == "key":
-                return jax.random.wrap_key_data(jnp.asarray(value), impl=node.get("impl"))
-            return jnp.asarray(value) if node.get("kind") == "jax" else value
-        if "__randomstate__" in node:
-            state = node["__randomstate__"]
-            rs = np.random.RandomState()
-            rs.set_state((state[0], self(state[1]), *state[2:]))
-            return rs
-        if "__objects__" in node:
-            out = np.empty(len(node["__objects__"]), dtype=object)
-            out[:] = node["__objects__"]
-            return out.reshape(node["shape"])
-        if "__float__" in node:
-            return float(node["__float__"])
-        if "__tuple__" in node:
-            return tuple(self(v) for v in node["__tuple__"])
-        if "__dict__" in node:
-            return {k: self(v) for k, v in node["__dict__"].items()}
-        if "__namedtuple__" in node:
-            cls = _resolve(node["__namedtuple__"])
-            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-                raise ModelFileError(f"{cls.__qualname__} is not a NamedTuple")
-            return cls(**{k: self(v) for k, v in node["fields"].items()})
-        if "__object__" in node:
-            cls = _resolve(node["__object__"])
-            if not dataclasses.is_dataclass(cls):
-                raise ModelFileError(f"{cls.__qualname__} is no longer a dataclass")
-            expected = {f.name for f in dataclasses.fields(cls)}
-            fields = node["fields"]
-            if set(fields) - expected:
-                raise ModelFileError(f"the saved {cls.__qualname__} has fields "
-                                     f"{sorted(set(fields) - expected)} this version does not know")
-            required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING}
-            if required - set(fields):
-                raise ModelFileError(f"the saved {cls.__qualname__} lacks the fields "
-                                     f"{sorted(required - set(fields))} this version needs")
-            obj = object.__new__(cls)  # as equinox's unflatten: no __init__, fields set as saved
-            for k, v in fields.items():
-                object.__setattr__(obj, k, self(v))
-            return obj
-        if "__instance__" in node:
-            obj = object.__new__(_resolve(node["__instance__"]))
-            obj.__dict__.update({k: self(v) for k, v in node["state"].items()})
-            return obj
-        raise ModelFileError(f"corrupted model tree: unknown node with keys {sorted(node)}")
+            return [self(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        self.check(isinstance(node, dict), where, f"unexpected {type(node).__name__}")
+        kind = next((k for k in _NODES if k in node), None)
+        if kind is None:
+            self.fail(where, f"unknown node with keys {sorted(node)[:10]}")
+        required, optional = _NODES[kind]
+        self.check(required <= node.keys() <= required | optional, where,
+                   f"a {kind!r} node with the keys {sorted(node)[:10]} (expected "
+                   f"{sorted(required)}, optionally {sorted(optional)})")
+        return getattr(self, "node_" + kind.strip("_"))(node, where)
+
+    def node_array(self, node, where):
+        key, kind = node["__array__"], node["kind"]
+        self.check(isinstance(key, str), where, "the array key is not a string")
+        self.check(kind in ("numpy", "jax", "key"), where, f"unknown array kind {kind!r}")
+        if key not in self.arrays:
+            raise ModelFileError(f"corrupted model directory: array {key!r} (at {where}) is "
+                                 f"missing from {ARRAYS}")
+        self.used.add(key)
+        value = self.arrays[key]
+        self.check(isinstance(value, np.ndarray) and value.dtype.kind in _DTYPE_KINDS, where,
+                   f"array {key!r} of {ARRAYS} is not an array of booleans, numbers or strings")
+        if self.typed or "dtype" in node or "shape" in node:
+            dtype, shape = node.get("dtype"), node.get("shape")
+            self.check(isinstance(dtype, str) and _is_shape(shape), where,
+                       "the array's dtype or shape is missing or malformed")
+            self.check(value.dtype.str == dtype and list(value.shape) == shape, where,
+                       f"array {key!r} of {ARRAYS} has dtype {value.dtype.str} and shape "
+                       f"{list(value.shape)}; the tree expects dtype {dtype} and shape {shape}")
+        if kind == "key":
+            impl = node.get("impl")
+            self.check(isinstance(impl, str) and value.dtype == np.uint32, where,
+                       "a PRNG key without an implementation name or with non-uint32 data")
+            try:
+                return jax.random.wrap_key_data(jnp.asarray(value), impl=impl)
+            except (ValueError, TypeError, KeyError) as err:
+                self.fail(where, f"not a valid {impl!r} PRNG key ({err})")
+        self.check("impl" not in node, where, "an 'impl' on an array that is not a PRNG key")
+        if kind == "jax":
+            self.check(value.dtype.kind in "biufc", where,
+                       f"array {key!r} of {ARRAYS} holds strings, which a JAX array cannot")
+            return jnp.asarray(value)
+        return value
+
+    def node_randomstate(self, node, where):
+        state = node["__randomstate__"]
+        self.check(isinstance(state, list) and len(state) == 5 and isinstance(state[0], str)
+                   and all(isinstance(v, int) and not isinstance(v, bool) for v in state[2:4])
+                   and isinstance(state[4], (int, float)) and not isinstance(state[4], bool),
+                   where, "a random state that is not [name, keys, pos, has_gauss, cached]")
+        keys = self(state[1], f"{where}[1]")
+        self.check(isinstance(keys, np.ndarray), where, "the random state's keys are not an array")
+        rs = np.random.RandomState()
+        try:
+            rs.set_state((state[0], keys, *state[2:]))
+        except (ValueError, TypeError) as err:
+            self.fail(where, f"not a valid random state ({err})")
+        return rs
+
+    def node_objects(self, node, where):
+        items, shape = node["__objects__"], node["shape"]
+        self.check(isinstance(items, list) and all(
+            isinstance(v, (str, int, float, bool)) for v in items), where,
+            "an object array holding other than strings and numbers")
+        self.check(_is_shape(shape) and math.prod(shape) == len(items), where,
+                   f"an object array of {len(items) if isinstance(items, list) else '?'} items "
+                   f"and shape {shape!r}")
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(shape)
+
+    def node_float(self, node, where):
+        value = node["__float__"]
+        self.check(value in _NON_FINITE, where, f"{value!r} is not 'nan', 'inf' or '-inf'")
+        return _NON_FINITE[value]
+
+    def node_tuple(self, node, where):
+        items = node["__tuple__"]
+        self.check(isinstance(items, list), where, "a tuple whose items are not a list")
+        return tuple(self(items, where))
+
+    def node_dict(self, node, where):
+        items = node["__dict__"]
+        self.check(isinstance(items, dict), where, "a dictionary that is not a JSON object")
+        out = {}
+        for k, v in items.items():
+            out[k] = self(v, f"{where}[{k!r}]")
+        return out
+
+    def fields(self, node, key, where) -> dict:
+        fields = node[key]
+        self.check(isinstance(fields, dict), where, f"{key!r} is not a JSON object")
+        return fields
+
+    def node_namedtuple(self, node, where):
+        cls = _resolve(node["__namedtuple__"])
+        if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            raise ModelFileError(f"{cls.__qualname__} is not a NamedTuple")
+        fields = self.fields(node, "fields", where)
+        unknown = set(fields) - set(cls._fields)
+        missing = set(cls._fields) - set(cls._field_defaults) - set(fields)
+        if unknown or missing:
+            self.fail(where, f"the saved {cls.__qualname__} has the unknown fields "
+                             f"{sorted(unknown)} and lacks the fields {sorted(missing)}")
+        values = {}
+        for k, v in fields.items():
+            values[k] = self(v, f"{where}.{k}")
+        return cls(**values)
+
+    def node_object(self, node, where):
+        cls = _resolve(node["__object__"])
+        if not dataclasses.is_dataclass(cls):
+            raise ModelFileError(f"{cls.__qualname__} is no longer a dataclass")
+        fields = self.fields(node, "fields", where)
+        expected = {f.name for f in dataclasses.fields(cls)}
+        if set(fields) - expected:
+            raise ModelFileError(f"the saved {cls.__qualname__} has fields "
+                                 f"{sorted(set(fields) - expected)} this version does not know")
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING}
+        if required - set(fields):
+            raise ModelFileError(f"the saved {cls.__qualname__} lacks the fields "
+                                 f"{sorted(required - set(fields))} this version needs")
+        obj = object.__new__(cls)  # as equinox's unflatten: no __init__, fields set as saved
+        for k, v in fields.items():
+            object.__setattr__(obj, k, self(v, f"{where}.{k}"))
+        return obj
+
+    def node_instance(self, node, where):
+        cls = _resolve(node["__instance__"])
+        state = self.fields(node, "state", where)
+        if dataclasses.is_dataclass(cls) or issubclass(cls, (tuple, BaseException)):
+            self.fail(where, f"{cls.__qualname__} is not a plain class")
+        for k in state:  # attributes only: a saved value never shadows a method
+            if not _is_name(k) or "." in k or callable(inspect.getattr_static(cls, k, None)):
+                self.fail(where, f"{k!r} is not an attribute a {cls.__qualname__} can hold")
+        try:
+            obj = object.__new__(cls)
+        except TypeError as err:
+            self.fail(where, f"{cls.__qualname__} cannot be rebuilt ({err})")
+        for k, v in state.items():
+            obj.__dict__[k] = self(v, f"{where}.{k}")
+        return obj
+
+
+def _root_class(node) -> str | None:
+    """The class a tree's root node names, in the manifest's ``model_class`` spelling."""
+    if isinstance(node, dict):
+        for kind in _CLASS_NODES:
+            if isinstance(node.get(kind), str):
+                return node[kind].replace(":", ".")
+    return None
+
+
+def _type_name(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+# --- reading the directory --------------------------------------------------------------
+
+
+def _member(path: Path, name, what: str) -> Path:
+    """The file ``name`` of the model directory ``path``, resolved; refused unless it is a
+    plain file name whose target (links followed) lies inside the directory."""
+    if not isinstance(name, str) or name in ("", ".", "..") or any(
+            c in name for c in ("/", "\\", "\x00", os.sep, os.altsep or "/")) \
+            or os.path.isabs(name):
+        raise ModelFileError(f"corrupted model directory: the manifest of {path} names the "
+                             f"{what} {name!r}; only a plain file name inside the directory "
+                             "is allowed")
+    file = path / name
+    try:
+        real, root = file.resolve(), path.resolve()
+    except (OSError, RuntimeError) as err:  # a loop of links
+        raise ModelFileError(f"corrupted model directory: cannot resolve {file} ({err})") \
+            from None
+    if not real.is_relative_to(root) or real == root:
+        raise ModelFileError(f"{file} leads outside the model directory {path} (to {real}); "
+                             "refusing to read it")
+    if not real.is_file():
+        raise ModelFileError(f"corrupted model directory: {file} is missing" if not
+                             real.exists() else f"{file} is not a file")
+    return real
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as err:
+        raise ModelFileError(f"cannot read {file} ({err})") from None
+
+
+def _json_object(pairs):
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        dup = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
+        raise ValueError(f"the key {dup!r} appears twice in one object")
+    return out
+
+
+def _json_constant(name):
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def _problem(tree, level: int = 1) -> str | None:
+    """What makes a JSON value at nesting ``level`` unloadable: nesting deeper than
+    ``MAX_DEPTH`` or a number out of range (``1e999`` parses to inf). Iterative: no recursion
+    on deep input."""
+    stack = [(tree, level)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"it is nested deeper than {MAX_DEPTH} levels"
+            stack.extend((v, depth + 1) for v in
+                         (value.values() if isinstance(value, dict) else value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"it holds a number out of range ({value})"
+    return None
+
+
+def _digest(manifest: dict) -> str:
+    """SHA-256 of the manifest's canonical JSON, without the digest field itself."""
+    body = {k: v for k, v in manifest.items() if k != _DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _read_arrays(file: Path, data: bytes) -> dict[str, np.ndarray]:
+    if not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # np.load would try pickle
+        raise ModelFileError(f"corrupted model directory: cannot read {file.name}: it is not "
+                             f"an npz archive ({file})")
+    try:
+        npz = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ModelFileError(f"corrupted model directory: cannot read {file.name}: it is "
+                                 f"not an npz archive ({file})")
+        with npz:
+            return {k: npz[k] for k in npz.files}
+    except ModelFileError:
+        raise
+    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError,
+            zipfile.BadZipFile, zipfile.LargeZipFile) as err:  # pickled data is a ValueError
+        raise ModelFileError(f"corrupted model directory: cannot read {file.name} ({file}: "
+                             f"{type(err).__name__}: {err})") from None
 
 
 # --- public API -------------------------------------------------------------------------
@@ -280,6 +542,9 @@ def save(obj: Any, path: str | os.PathLike[str]) -> Path:
     (created if needed; the two model files in it are replaced). Returns the path."""
     enc = _Encoder()
     tree = enc(obj, type(obj).__qualname__)
+    problem = _problem(tree, 2)  # what load would refuse is not written (tree: level 2)
+    if problem:
+        raise ValueError(f"cannot save {type(obj).__qualname__}: {problem}")
     buf = io.BytesIO()
     np.savez(buf, **enc.arrays)
     data = buf.getvalue()
@@ -291,6 +556,7 @@ def save(obj: Any, path: str | os.PathLike[str]) -> Path:
                    "count": len(enc.arrays)},
         "tree": tree,
     }
+    manifest[_DIGEST] = _digest(manifest)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     text = json.dumps(manifest, indent=1, allow_nan=False)  # strict JSON: no NaN/Infinity
@@ -302,61 +568,103 @@ def save(obj: Any, path: str | os.PathLike[str]) -> Path:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The validated manifest of a model directory (raises :class:`ModelFileError`)."""
+    """The validated manifest of a model directory (raises :class:`ModelFileError`): strict
+    UTF-8 JSON inside the directory, of a readable format and library version, matching its
+    digest, with the fields :func:`load` needs."""
     path = Path(path)
     if not path.is_dir():
         raise ModelFileError(f"{path} is not a directory; expected a model directory written by "
                              "augmentedgp.save")
-    file = path / MANIFEST
-    if not file.is_file():
+    if not (path / MANIFEST).exists() and not (path / MANIFEST).is_symlink():
         raise ModelFileError(f"{path} is not an augmentedgp model directory: {MANIFEST} is "
                              "missing")
+    file = path / MANIFEST
+    raw = _read(_member(path, MANIFEST, "manifest"))
+    if not raw.strip():
+        raise ModelFileError(f"corrupted model directory: {file} is empty")
     try:
-        manifest = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ModelFileError(f"corrupted model directory: {file} is not valid JSON: it is not "
+                             f"UTF-8 text ({err})") from None
+    try:
+        manifest = json.loads(text, object_pairs_hook=_json_object,
+                              parse_constant=_json_constant)
+    except RecursionError:
+        raise ModelFileError(f"corrupted model directory: {file} is nested deeper than "
+                             f"{MAX_DEPTH} levels") from None
+    except ValueError as err:  # JSONDecodeError, the hooks, an integer of too many digits
         raise ModelFileError(f"corrupted model directory: {file} is not valid JSON "
                              f"({err})") from None
+    problem = _problem(manifest)
+    if problem:
+        raise ModelFileError(f"corrupted model directory: {file}: {problem}")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModelFileError(f"{file} is not an augmentedgp model manifest")
     fmt, saved = manifest.get("format_version"), str(manifest.get("library_version"))
-    if fmt != FORMAT_VERSION or not _compatible(saved, __version__):
+    if fmt not in _READABLE_FORMATS or isinstance(fmt, bool) \
+            or not _compatible(saved, __version__):
         raise ModelFileError(
             f"{path} was saved by augmentedgp {saved} (model format {fmt}); this is augmentedgp "
             f"{__version__} (model format {FORMAT_VERSION}), which cannot read it. Load it with "
             f"augmentedgp {'.'.join(saved.split('.')[:2])}.x or refit the model.")
-    for key in ("tree", "arrays"):
+    if fmt >= 2 or _DIGEST in manifest:  # format 1 had no digest: checked by structure only
+        if _DIGEST not in manifest:
+            raise ModelFileError(f"corrupted model directory: {file} has no {_DIGEST!r}")
+        if manifest[_DIGEST] != _digest(manifest):
+            raise ModelFileError(f"corrupted model directory: {file} does not match its "
+                                 f"checksum ({_DIGEST}): it was edited or damaged")
+    for key in ("tree", "arrays", "model_class"):
         if key not in manifest:
-            raise ModelFileError(f"corrupted model directory: the manifest has no {key!r}")
-    if not isinstance(manifest["arrays"], dict):
-        raise ModelFileError("corrupted model directory: the manifest's 'arrays' is not an "
-                             "object")
+            raise ModelFileError(f"corrupted model directory: the manifest has no {key!r} "
+                                 f"({file})")
+    arrays = manifest["arrays"]
+    if not (isinstance(arrays, dict) and isinstance(arrays.get("file"), str)
+            and isinstance(arrays.get("sha256"), str) and isinstance(arrays.get("count"), int)):
+        raise ModelFileError(f"corrupted model directory: the manifest's 'arrays' is not an "
+                             f"object with a file name, a sha256 and a count ({file})")
+    if not isinstance(manifest["model_class"], str):
+        raise ModelFileError(f"corrupted model directory: the manifest's 'model_class' is not "
+                             f"a string ({file})")
     return manifest
 
 
 def load(path: str | os.PathLike[str]) -> Any:
-    """Load what :func:`save` wrote. Raises :class:`ModelFileError` for a missing,
-    corrupted or incompatible directory."""
+    """Load what :func:`save` wrote. Raises :class:`ModelFileError`, naming the file, for a
+    missing, corrupted, edited or incompatible directory (see the module's description)."""
     path = Path(path)
     manifest = read_manifest(path)
-    file = path / manifest["arrays"].get("file", ARRAYS)
-    if not file.is_file():
-        raise ModelFileError(f"corrupted model directory: {file.name} is missing")
-    data = file.read_bytes()
-    if hashlib.sha256(data).hexdigest() != manifest["arrays"].get("sha256"):
+    where, expected = path / MANIFEST, manifest["model_class"]
+    file = _member(path, manifest["arrays"]["file"], "array file")
+    data = _read(file)
+    if hashlib.sha256(data).hexdigest() != manifest["arrays"]["sha256"]:
         raise ModelFileError(f"corrupted model directory: {file.name} does not match the "
-                             "checksum in the manifest")
+                             f"checksum in the manifest ({file})")
+    arrays = _read_arrays(file, data)
+    if len(arrays) != manifest["arrays"]["count"]:
+        raise ModelFileError(f"corrupted model directory: {file.name} holds {len(arrays)} "
+                             f"arrays, the manifest says {manifest['arrays']['count']} ({file})")
+    tree, declared = manifest["tree"], _root_class(manifest["tree"])
+    if (declared or expected).startswith(_PACKAGE + ".") and declared != expected:
+        raise ModelFileError(f"corrupted model tree in {where}: its root is "
+                             f"{declared or type(tree).__name__}, not the saved {expected}")
+    decoder = _Decoder(arrays, typed=manifest["format_version"] >= 2)
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError) as err:
-        raise ModelFileError(f"corrupted model directory: cannot read {file.name} "
-                             f"({err})") from None
-    try:
-        return _Decoder(arrays)(manifest["tree"])
-    except ModelFileError:
-        raise
-    except (TypeError, KeyError, ValueError, AttributeError) as err:
-        raise ModelFileError(f"corrupted model tree in {path / MANIFEST}: {err!r}") from None
+        obj = decoder(tree, "tree")
+    except ModelFileError as err:
+        raise ModelFileError(f"{where}: {err}") from None
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError, OverflowError,
+            RecursionError) as err:  # a safety net: the checks above should raise first
+        raise ModelFileError(f"corrupted model tree in {where}: {err!r}") from None
+    if declared is None and _type_name(obj) != expected and not (
+            isinstance(obj, jax.Array) and expected.startswith("jax")):
+        raise ModelFileError(f"corrupted model tree in {where}: its root is "
+                             f"{_type_name(obj)}, not the saved {expected}")
+    if set(arrays) - decoder.used:
+        raise ModelFileError(f"corrupted model directory: {file.name} holds the arrays "
+                             f"{sorted(set(arrays) - decoder.used)[:10]}, which the tree does "
+                             f"not use ({file})")
+    return obj
 
 
-__all__ = ["save", "load", "read_manifest", "ModelFileError", "FORMAT_VERSION"]
+__all__ = ["save", "load", "read_manifest", "ModelFileError", "FORMAT_VERSION", "MAX_DEPTH"]
