@@ -1,15 +1,24 @@
-"""Command-line interface (typer): ``augmentedgp demo | datasets | fit | predict | evaluate |
-info``.
+"""Command-line interface (typer): ``augmentedgp [--version] demo | datasets | fit | predict |
+evaluate | info``.
 
 Exit codes follow the click convention: 0 success, 1 a failure while fitting or
 predicting (a numerical error), 2 bad usage or bad input (missing files or columns,
-non-numeric or missing values, a corrupted or incompatible model directory).
+non-numeric or missing values, a corrupted or incompatible model directory). Every failure
+is one line ``error: ...`` on standard error, never a traceback; warnings raised while a
+command runs are reported as one line ``warning: ...`` each (none with ``fit --quiet``).
+Rows of a table are named as ``data row N (file line L)`` for CSV files (the header is
+file line 1) and ``data row N`` for Parquet files.
 """
 
 from __future__ import annotations
 
+import csv
 import functools
+import hashlib
+import math
+import re
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +29,7 @@ except ImportError as err:  # the console script (augmentedgp.launcher) reports 
     raise ImportError('the command line needs typer: pip install "augmentedgp[cli]"',
                       name=err.name or "typer") from err
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from augmentedgp import inference, kernels, likelihoods
@@ -164,24 +174,145 @@ class InputError(ValueError):
     """Bad input from the command line: reported without a traceback, exit code 2."""
 
 
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
 def _fail(message: str, code: int):
-    err_console.print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(_one_line(message))}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _run(fn):
-    """Run a command body, mapping library errors to messages and exit codes."""
+def _report_warnings(caught) -> None:
+    """Each distinct warning once, as one line without the source line that raised it."""
+    seen = set()
+    for w in caught:
+        text = _one_line(w.message)
+        if text not in seen:
+            seen.add(text)
+            err_console.print(f"[bold yellow]warning:[/] {escape(text)}", highlight=False,
+                              soft_wrap=True)
+
+
+def _run(fn, quiet: bool = False):
+    """Run a command body: library errors become one-line messages and exit codes, and
+    warnings one-line reports (none when ``quiet``). Warnings are recorded only for the
+    duration of the command (``warnings.catch_warnings``), not silenced for the process."""
     from augmentedgp.core.errors import AugmentedGPError
     from augmentedgp.persistence import ModelFileError
 
+    caught: list = []
     try:
-        return fn()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # whatever the process's filters; deduplicated
+            for noise in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+                warnings.simplefilter("ignore", noise)  # about the code, not the user's data
+            return fn()
+    except typer.Exit:
+        raise
     except (InputError, ModelFileError) as err:
-        _fail(str(err), 2)
+        failure = (str(err), 2)
     except AugmentedGPError as err:
-        _fail(f"{type(err).__name__}: {err}", 1)
-    except ValueError as err:  # the library's validation of the data or the settings
-        _fail(str(err), 2)
+        failure = (f"{type(err).__name__}: {err}", 1)
+    except (ValueError, TypeError) as err:  # the library's validation of the data/settings
+        failure = (str(err), 2)
+    except OSError as err:  # a file that cannot be read or written
+        failure = (str(err), 2)
+    except Exception as err:  # noqa: BLE001 -- a bug: still one line, no traceback
+        failure = (f"unexpected {type(err).__name__}: {err} (a bug in augmentedgp; please "
+                   "report it)", 1)
+    finally:
+        if not quiet:
+            _report_warnings(caught)
+    _fail(*failure)
+
+
+ROW = re.compile(r"\brow (\d+)\b")
+
+
+def _csv_file_line(path: Path, row: int) -> int | None:
+    """The 1-based file line on which data row ``row`` (1-based, header excluded) of a CSV
+    file starts: blank lines (skipped by pandas) and quoted line breaks are counted."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        end, record = 0, 0  # record 0 is the header
+        for fields in reader:
+            start, end = end + 1, reader.line_num
+            if not fields:
+                continue
+            if record == row:
+                return start
+            record += 1
+    return None
+
+
+def _name_rows(message: str, path: Path) -> str:
+    """``row N`` in a message about the table ``path`` as ``data row N (file line L)`` for
+    CSV files, ``data row N`` for Parquet files."""
+    csv_file = tables.SUFFIXES.get(path.suffix.lower()) == "csv"
+
+    def where(match):
+        row = int(match.group(1))
+        line = _csv_file_line(path, row) if csv_file else None
+        return f"data row {row}" + (f" (file line {line})" if line is not None else "")
+
+    return ROW.sub(where, message)
+
+
+def _from_table(path: Path, read, *args, **kwargs):
+    """``read(*args, **kwargs)`` (a ``tables`` reader of the file ``path``), its errors with
+    the rows named by data row and file line."""
+    try:
+        return read(*args, **kwargs)
+    except ValueError as err:
+        raise InputError(_name_rows(str(err), path)) from None
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file's bytes: recognises a model's training file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _holdout(n: int, test_size: float, seed: int, labels=None):
+    """Indices (train, test) of a reproducible split of ``n`` rows with ``ceil(test_size *
+    n)`` test rows, as scikit-learn's ``train_test_split(test_size=, random_state=seed)``;
+    stratified by ``labels`` (classifiers) when every class has two rows or more."""
+    from sklearn.model_selection import train_test_split
+
+    if not (isinstance(test_size, float) and 0.0 < test_size < 1.0):
+        raise InputError(f"--test-size must be a fraction of the rows strictly inside (0, 1), "
+                         f"got {test_size}")
+    if not 0 <= seed < 2**32:
+        raise InputError(f"--split-seed must be an integer in [0, 2**32), got {seed}")
+    n_test = math.ceil(test_size * n)
+    if n_test >= n:
+        raise InputError(f"--test-size {test_size:g} of {n} rows leaves no training rows")
+    stratify = None
+    if labels is not None:
+        classes, counts = np.unique(np.asarray(labels).astype(str), return_counts=True)
+        if counts.min() >= 2 and len(classes) <= min(n_test, n - n_test):
+            stratify = np.asarray(labels).astype(str)
+    train, test = train_test_split(np.arange(n), test_size=n_test, random_state=seed,
+                                   stratify=stratify)
+    return np.sort(train), np.sort(test)
+
+
+def _check_labels(y, column: str, path: Path) -> None:
+    """Class labels, not a real-valued column (scikit-learn's ``type_of_target``)."""
+    from sklearn.utils.multiclass import type_of_target
+
+    if type_of_target(y) == "continuous":
+        values = np.asarray(y, dtype=float)
+        row = int(np.argmax(values != np.round(values)))
+        raise InputError(_name_rows(
+            f"column {column!r} of {path} holds continuous values, not class labels (e.g. "
+            f"{values[row]:g} in row {row + 1}); for a real-valued target use a regression "
+            f"likelihood: --likelihood {' / '.join(REGRESSION)}", path))
 
 
 def _load_estimator(model_dir: Path):
@@ -192,6 +323,10 @@ def _load_estimator(model_dir: Path):
     if not isinstance(est, GPRegressor | GPClassifier | GPCountRegressor):
         raise InputError(f"{model_dir} holds a {type(est).__name__}, not a model written by "
                          "`augmentedgp fit` (a scikit-learn estimator)")
+    if not hasattr(est, "feature_names_in_"):  # fitted on an array: columns unknown
+        raise InputError(f"{model_dir} holds a {type(est).__name__} fitted without column "
+                         "names (on an array, not a table): the command line needs a model "
+                         "fitted on a DataFrame, such as one written by `augmentedgp fit`")
     return est
 
 
@@ -229,16 +364,48 @@ def _print_metrics(title: str, metrics: dict, caption: str | None = None):
     console.print(table)
 
 
-def _plot_available():
+def _check_plot(plot: Path | None) -> None:
+    """A figure asked for with ``--plot``: matplotlib (Agg) present and the file's directory
+    existing, checked before any work."""
+    if plot is None:
+        return
     try:
         import matplotlib
-
-        matplotlib.use("Agg")
-        return True
     except ImportError:
-        err_console.print("matplotlib is not installed: no plot (pip install "
-                          "'augmentedgp[plot]')")
-        return False
+        raise InputError("--plot needs matplotlib, which is not installed: pip install "
+                         "'augmentedgp[plot]'") from None
+    matplotlib.use("Agg")
+    if not plot.parent.is_dir():
+        raise InputError(f"--plot {plot}: the directory {plot.parent} does not exist")
+
+
+def _demo_figure(artefacts: dict, plot: Path) -> None:
+    """The augmented SVGP classifier's reliability diagram and training ELBO, saved to
+    ``plot``."""
+    import matplotlib.pyplot as plt
+
+    from augmentedgp import plotting
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    plotting.calibration(artefacts["y_test"], artefacts["proba"], ax=ax1)
+    ax1.set_title("Augmented SVGP on a9a: reliability (test)\n" + ax1.get_title())
+    plotting.history(artefacts["history"], ax=ax2)
+    ax2.set_title("Augmented SVGP on a9a: training ELBO (minibatch)")
+    fig.tight_layout()
+    fig.savefig(plot, dpi=120)
+    plt.close(fig)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"augmentedgp {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version,
+                                          is_eager=True, help="print the version and exit")):
+    """Gaussian processes with non-Gaussian likelihoods (augmentedgp)."""
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -246,30 +413,34 @@ def _plot_available():
 
 @app.command()
 def demo(seed: int = typer.Option(0, help="seed of the train/test split"),
-         plot: Path = typer.Option(Path("augmentedgp-demo.png"), help="where to save the plot"),
-         no_plot: bool = typer.Option(False, "--no-plot", help="do not draw the plot")):
-    """Fit the built-in examples, print test metrics and save a plot (calibration and
-    ELBO trace of the augmented classifier)."""
-    artefacts = {}
-    for run in (_regression_demo, _classification_demo, _augmented_demo, _gibbs_demo,
-                _flow_demo):
-        title, data, method, metrics, extra = run(seed)
-        artefacts.update(extra)
-        _print_metrics(f"{title}\n{data}", metrics, method)
-    if not no_plot and _plot_available():
-        import matplotlib.pyplot as plt
+         plot: Path = typer.Option(None, help="save the augmented classifier's reliability "
+                                              "diagram and ELBO trace to this PNG file "
+                                              "(default: no figure)"),
+         no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
+                                      help="no figure even with --plot (once the default; "
+                                           "kept for scripts)")):
+    """Fit the built-in examples and print test metrics (and, with --plot FILE, save a
+    figure: calibration and ELBO trace of the augmented classifier). Writes no file
+    unless --plot is given."""
 
-        from augmentedgp import plotting
+    figure = None if no_plot else plot
 
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-        plotting.calibration(artefacts["y_test"], artefacts["proba"], ax=ax1)
-        ax1.set_title("Augmented SVGP on a9a: reliability (test)\n" + ax1.get_title())
-        plotting.history(artefacts["history"], ax=ax2)
-        ax2.set_title("Augmented SVGP on a9a: training ELBO (minibatch)")
-        fig.tight_layout()
-        fig.savefig(plot, dpi=120)
-        plt.close(fig)
-        console.print(f"plot saved to {plot}")
+    def body():
+        _check_plot(figure)
+        artefacts = {}
+        for run in (_regression_demo, _classification_demo, _augmented_demo, _gibbs_demo,
+                    _flow_demo):
+            title, data, method, metrics, extra = run(seed)
+            artefacts.update(extra)
+            _print_metrics(f"{title}\n{data}", metrics, method)
+        if figure is None:
+            console.print("no figure written: add --plot FILE.png to save the augmented "
+                          "classifier's reliability diagram and ELBO trace")
+        else:
+            _demo_figure(artefacts, figure)
+            console.print(f"figure saved to {figure.resolve()}", soft_wrap=True)
+
+    _run(body)
 
 
 def _dataset_frames():
@@ -293,17 +464,21 @@ def _dataset_frames():
 def datasets(export: Path = typer.Option(None, help="write each dataset as CSV into this "
                                                     "directory")):
     """List the built-in datasets (and export them as CSV files)."""
-    table = Table(title="Built-in datasets")
-    for col in ("name", "task", "rows", "features", "target column"):
-        table.add_column(col)
-    for name, frame, target, task in _dataset_frames():
-        table.add_row(name, task, str(len(frame)), str(frame.shape[1] - 1), target)
+
+    def body():
+        table = Table(title="Built-in datasets")
+        for col in ("name", "task", "rows", "features", "target column"):
+            table.add_column(col)
+        for name, frame, target, task in _dataset_frames():
+            table.add_row(name, task, str(len(frame)), str(frame.shape[1] - 1), target)
+            if export is not None:
+                export.mkdir(parents=True, exist_ok=True)
+                frame.to_csv(export / f"{name}.csv", index=False)
+        console.print(table)
         if export is not None:
-            export.mkdir(parents=True, exist_ok=True)
-            frame.to_csv(export / f"{name}.csv", index=False)
-    console.print(table)
-    if export is not None:
-        console.print(f"written to {export}/")
+            console.print(f"written to {export}/")
+
+    _run(body)
 
 
 @app.command()
@@ -319,7 +494,12 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
         max_iter: int = typer.Option(None, help="optimiser iterations (default by model)"),
         batch_size: int = typer.Option(None, help="minibatch size (stochastic VI)"),
         seed: int = typer.Option(0, help="seed of the inducing points and minibatches"),
-        quiet: bool = typer.Option(False, "--quiet", help="no progress bar")):
+        test_size: float = typer.Option(
+            None, help="hold out this fraction of the rows (stratified by class for "
+            "classifiers; scikit-learn's train_test_split) and fit on the rest; `evaluate` "
+            "on the same file then scores exactly the held-out rows"),
+        split_seed: int = typer.Option(0, help="seed of the --test-size split"),
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no warnings")):
     """Fit a GP model to a table and save it to a model directory."""
     from augmentedgp import persistence
     from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
@@ -331,8 +511,16 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
         frame = tables.read_table(data)
         cls = (GPClassifier if likelihood in CLASSIFICATION else
                GPCountRegressor if likelihood in COUNTS else GPRegressor)
-        y = tables.target(frame, target, data, numeric=cls is not GPClassifier)
-        X = tables.features(frame, data, exclude=(target,))
+        y = _from_table(data, tables.target, frame, target, data,
+                        numeric=cls is not GPClassifier)
+        if cls is GPClassifier:
+            _check_labels(y, target, data)
+        X = _from_table(data, tables.features, frame, data, exclude=(target,))
+        rows = len(y)
+        if test_size is not None:
+            train, _ = _holdout(rows, test_size, split_seed,
+                                y if cls is GPClassifier else None)
+            X, y = X.iloc[train], y[train]
         est = cls(likelihood=likelihood, kernel=kernel,
                   n_inducing="auto" if inducing is None else inducing, batch_size=batch_size,
                   max_iter=max_iter, random_state=seed, verbose=not quiet)
@@ -340,6 +528,9 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
         est.fit(X, y)
         secs = time.perf_counter() - t0
         est.target_name_ = target
+        # the training file, recognised by `evaluate` (held-out rows, or a warning)
+        est.training_file_ = {"name": data.name, "sha256": _digest(data), "rows": rows,
+                              "test_size": test_size, "split_seed": split_seed}
         persistence.save(est, out)
         model = est.posterior_.model
         metrics = {"training rows": len(y), "features": X.shape[1],
@@ -349,10 +540,13 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
                    ("training accuracy" if cls is GPClassifier else "training R^2"
                     if cls is GPRegressor else "training D^2"): float(est.score(X, y)),
                    "fit seconds": secs}
+        if test_size is not None:
+            metrics["held-out rows"] = f"{rows - len(y)} (--test-size {test_size:g} " \
+                                       f"--split-seed {split_seed})"
         _print_metrics(f"{cls.__name__}({likelihood}) on {data.name}", metrics,
                        f"saved to {out}")
 
-    _run(body)
+    _run(body, quiet)
 
 
 @app.command()
@@ -368,8 +562,8 @@ def predict(model_dir: Path = typer.Argument(..., help="a directory written by `
             raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
         est = _load_estimator(model_dir)
         frame = tables.read_table(data)
-        X = tables.features(frame, data, names=list(est.feature_names_in_),
-                            role="model's feature")
+        X = _from_table(data, tables.features, frame, data, names=list(est.feature_names_in_),
+                        role="model's feature")
         _write_table(_predictions(est, X, level), out)
         if out is not None:
             console.print(f"{len(X)} predictions written to {out}")
@@ -413,35 +607,85 @@ def evaluation_metrics(est, X, y, level: float = 0.95) -> dict:
     return out
 
 
+def _held_out(est, data: Path, test_size, split_seed):
+    """The split to score in ``data`` as (test_size, split_seed, label), test_size None for
+    every row. On the model's training file (same SHA-256) it is the split `fit` held out:
+    another split, or all rows of a file fitted whole, would score training rows."""
+    record = getattr(est, "training_file_", None)
+    if record is None or record["sha256"] != _digest(data):
+        if test_size is None and split_seed is not None:
+            raise InputError("--split-seed needs --test-size (the fraction of rows to score)")
+        return test_size, split_seed or 0, "held-out file" if test_size is None else "split"
+    held, seed = record["test_size"], record["split_seed"]
+    if held is None:
+        if test_size is not None:
+            raise InputError(f"{data} is the file the model was fitted on (all of its rows): "
+                             f"any --test-size split of it holds training rows; fit with "
+                             f"--test-size to hold rows out, or evaluate another file")
+        warnings.warn(f"{data} is the file the model was fitted on: these metrics are on "
+                      "training rows, not held out (fit with --test-size to hold rows out, "
+                      "or evaluate another file)", stacklevel=1)
+        return None, 0, "training rows"
+    test_size = held if test_size is None else test_size
+    split_seed = seed if split_seed is None else split_seed
+    if (test_size, split_seed) != (held, seed):
+        raise InputError(f"{data} is the file the model was fitted on with --test-size "
+                         f"{held:g} --split-seed {seed}; --test-size {test_size:g} "
+                         f"--split-seed {split_seed} would score training rows: give the "
+                         "fit's split (the default) or evaluate another file")
+    return test_size, split_seed, "held out by fit"
+
+
 @app.command()
 def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by `fit`"),
              data: Path = typer.Argument(..., help="labelled test rows (.csv or .parquet)"),
              target: str = typer.Option(None, help="target column (default: the training "
                                                    "target's name)"),
-             plot: Path = typer.Option(Path("calibration.png"), help="calibration plot file"),
-             no_plot: bool = typer.Option(False, "--no-plot", help="do not draw the plot"),
+             test_size: float = typer.Option(
+                 None, help="score only the test part of this split of the rows (as `fit "
+                 "--test-size`). Default: on the file `fit` split, the rows it held out; on "
+                 "any other file, every row"),
+             split_seed: int = typer.Option(
+                 None, help="seed of the --test-size split (default: the fit's on its file, "
+                 "else 0)"),
+             plot: Path = typer.Option(None, help="save a calibration plot to this PNG file "
+                                                  "(default: no plot)"),
+             no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
+                                          help="no plot even with --plot (once the default; "
+                                               "kept for scripts)"),
              level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
-    """Held-out metrics and a calibration plot (reliability diagram for classifiers,
-    interval coverage for regressors)."""
+    """Held-out metrics (and, with --plot FILE, a calibration plot: reliability diagram for
+    classifiers, interval coverage for regressors). Given the model's own training file,
+    it scores the rows `fit --test-size` held out, and warns when there are none."""
     from augmentedgp.sklearn import GPClassifier
+
+    figure = None if no_plot else plot
 
     def body():
         if not 0.0 < level < 1.0:
             raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
+        _check_plot(figure)
         est = _load_estimator(model_dir)
         frame = tables.read_table(data)
         name = target or getattr(est, "target_name_", None)
         if name is None:
             raise InputError("give --target: the model directory does not record it")
         classifier = isinstance(est, GPClassifier)
-        y = tables.target(frame, name, data, numeric=not classifier)
+        y = _from_table(data, tables.target, frame, name, data, numeric=not classifier)
+        X = _from_table(data, tables.features, frame, data, names=list(est.feature_names_in_),
+                        role="model's feature")
+        split, seed, rows = _held_out(est, data, test_size, split_seed)
+        if split is not None:
+            _, test = _holdout(len(y), split, seed, y if classifier else None)
+            X, y = X.iloc[test], y[test]
+            rows = (f"{rows}: {len(y)} of {len(frame)} rows, --test-size {split:g} "
+                    f"--split-seed {seed}")
         if classifier and est.classes_.dtype.kind in "iuf":
             y = y.astype(est.classes_.dtype)
-        X = tables.features(frame, data, names=list(est.feature_names_in_),
-                            role="model's feature")
-        _print_metrics(f"{type(est).__name__} on {data.name} ({len(y)} rows)",
+        _print_metrics(f"{type(est).__name__} on {data.name}\n({rows}; {len(y)} rows)"
+                       if split is None else f"{type(est).__name__} on {data.name}\n({rows})",
                        evaluation_metrics(est, X, y, level))
-        if not no_plot and _plot_available():
+        if figure is not None:
             import matplotlib.pyplot as plt
 
             from augmentedgp import plotting
@@ -452,9 +696,9 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
                 ax = plotting.calibration(codes, proba[:, 1] if proba.shape[1] == 2 else proba)
             else:
                 ax = plotting.interval_calibration(est, X, y)
-            ax.figure.savefig(plot, dpi=120)
+            ax.figure.savefig(figure, dpi=120)
             plt.close(ax.figure)
-            console.print(f"calibration plot saved to {plot}")
+            console.print(f"calibration plot saved to {figure.resolve()}", soft_wrap=True)
 
     _run(body)
 
@@ -463,7 +707,6 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
 def info():
     """Versions, JAX backend and dtype."""
     import jax
-
 
     console.print(f"augmentedgp {__version__}, jax {jax.__version__}, "
                   f"backend {jax.default_backend()}, x64 {jax.config.jax_enable_x64}")
