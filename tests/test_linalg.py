@@ -345,14 +345,12 @@ def test_mvn_logpdf_gradient_under_vmap():
         assert _rel(GK[b], GK1) < 1e-12
     assert _rel(GK[0], _sym_grad_K(r[0], K[0])) < 1e-10
     assert np.isnan(float(values[2])) and np.all(np.isnan(np.asarray(GK[2])))
-    # two n = 300 problems (two column panels each) through lax.map, one matrix per LAPACK
-    # call: vmapped at this size, jaxlib 0.10's batched LAPACK kernels deadlocked XLA's
-    # 2-thread intra-op pool here (every pool thread idle, the result never ready), the
-    # hazard variational.map_latents and the Gibbs sampler avoid the same way
+    # two n = 300 problems (two column panels each), vmapped as a user would: with jaxlib
+    # 0.10's batched LAPACK kernels this deadlocked XLA's 2-thread intra-op pool (every pool
+    # thread idle, the result never ready); linalg makes one matrix per LAPACK call instead
     r = rng.normal(size=(2, 300))
     K = np.stack([_spd(300, seed=57, cond=100.0), _spd(300, seed=58, cond=1e3)])
-    grad = jax.grad(la.mvn_logpdf, argnums=1)
-    GK = np.asarray(jax.jit(lambda r, K: jax.lax.map(lambda a: grad(*a), (r, K)))(r, K))
+    GK = np.asarray(jax.jit(jax.vmap(jax.grad(la.mvn_logpdf, argnums=1)))(r, K))
     for b in range(2):
         assert _rel(GK[b], _sym_grad_K(r[b], K[b])) < 1e-10
 
@@ -379,6 +377,131 @@ def test_mvn_logpdf_forward_mode_and_second_order_in_K():
     H_rev = np.asarray(jax.jit(jax.jacrev(jax.grad(ours)))(theta))
     assert _rel(H_fwd, H_ref) < 1e-10
     assert _rel(H_rev, H_ref) < 1e-10
+
+
+# --- vmap: one matrix per LAPACK call, derivatives of any order ---------------------------
+
+
+def _batched_lapack_calls(fn, *args):
+    """The LAPACK custom calls of jit(fn) that take a batch of matrices (jaxlib 0.10 runs
+    those over XLA's intra-op pool, which they can deadlock on a few cores)."""
+    calls = [line for line in jax.jit(fn).lower(*args).as_text().splitlines()
+             if "custom_call @lapack_" in line]
+    assert calls and all("num_batch_dims" in line for line in calls)
+    return [line for line in calls if 'num_batch_dims = "0"' not in line]
+
+
+def _batch(n=N, seed=60):
+    """Three (r, K): well conditioned, ill conditioned, and singular (rank 3 of 5: the plain
+    factorisation fails and the first jitter level is used)."""
+    rng = np.random.default_rng(seed)
+    K = np.stack([_spd(n, seed=seed + 1, cond=10.0), _spd(n, seed=seed + 2, cond=1e4),
+                  _rank_one(n) + np.diag(np.arange(n) < 2)])
+    assert not np.all(np.isfinite(np.asarray(jnp.linalg.cholesky(K[2]))))
+    return rng.normal(size=(3, n)), K
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="batched kernels are kept off CPU only")
+def test_vmapped_linalg_makes_no_batched_lapack_call():
+    """Under vmap (also nested, and of derivatives of any order) every factorisation and
+    triangular solve is a single-matrix LAPACK call. The detector is checked on a plain
+    vmapped solve_triangular, which does make a batched one."""
+    r, K = _batch()
+    L = CHOL(K[0])
+    plain = jax.vmap(lambda K, r: solve_triangular(K, r, lower=True))
+    assert _batched_lapack_calls(plain, K, r)
+    mvn, grad = la.mvn_logpdf, jax.grad(la.mvn_logpdf, argnums=(0, 1))
+    cases = {
+        "cholesky": (jax.vmap(la.cholesky), K),
+        "grad cholesky": (jax.vmap(jax.grad(lambda K: jnp.sum(la.cholesky(K) ** 2))), K),
+        "vmap grad": (jax.vmap(grad), r, K),
+        "grad vmap": (jax.grad(lambda r, K: jnp.sum(jax.vmap(mvn)(r, K)), (0, 1)), r, K),
+        "hessian": (jax.vmap(jax.hessian(mvn, (0, 1))), r, K),
+        "jacrev grad": (jax.vmap(jax.jacrev(grad, (0, 1))), r, K),
+        "nested": (jax.vmap(jax.vmap(la.cho_solve)), np.stack([K, K]), np.stack([r, r])),
+        "shared L": (jax.vmap(la.solve_upper_t, (None, 0)), L, r),
+        "shared B": (jax.vmap(la.solve_lower, (0, None)), K, r[0]),
+        "cholesky_project": (jax.vmap(jax.grad(
+            lambda K, B: jnp.sum(la.cholesky_project(K, B)[1] ** 2), (0, 1))), K, r[..., None]),
+        "site_factors": (jax.vmap(la.site_factors), K, np.abs(r), r),
+        "woodbury": (jax.vmap(la.woodbury_solve), 1.0 + np.abs(r), K[..., :2], r),
+    }
+    for name, (fn, *args) in cases.items():
+        assert not _batched_lapack_calls(fn, *args), name
+
+
+def _assert_vmap_equals_per_item(fn, *args, tol=1e-10):
+    """jit(vmap(fn)) against jit(fn) on each batch item (fn returns a pytree)."""
+    batched, one = jax.jit(jax.vmap(fn)), jax.jit(fn)
+    out = batched(*args)
+    for b in range(len(args[0])):
+        item = one(*(a[b] for a in args))
+        for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(item), strict=True):
+            assert _rel(np.asarray(x)[b], y) < tol
+    return out
+
+
+def test_mvn_logpdf_derivatives_under_vmap_equal_the_unbatched_ones():
+    """vmap of grad, jacfwd, hessian (forward over reverse) and reverse over reverse, and
+    grad of vmap: per item, the unbatched derivative; the Hessian in r is -K^-1."""
+    r, K = _batch()
+    f = la.mvn_logpdf
+    grad = jax.grad(f, argnums=(0, 1))
+
+    def derivatives(r, K):
+        return (grad(r, K), jax.jacfwd(f, (0, 1))(r, K), jax.hessian(f, (0, 1))(r, K),
+                jax.jacrev(grad, (0, 1))(r, K))
+
+    out = _assert_vmap_equals_per_item(derivatives, r, K)
+    summed = jax.grad(lambda r, K: jnp.sum(jax.vmap(f)(r, K)), argnums=(0, 1))
+    for x, y in zip(jax.jit(summed)(r, K), out[0], strict=True):
+        assert _rel(x, y) < 1e-10
+    for b in range(2):
+        assert _rel(out[2][0][0][b], -np.linalg.inv(K[b])) < 1e-9
+
+
+def test_cholesky_and_its_derivatives_under_vmap_equal_the_unbatched_ones():
+    _, K = _batch()
+    W = np.tril(np.random.default_rng(61).normal(size=(N, N)))
+    loss = lambda K: jnp.sum(W * la.cholesky(K))
+    L, _, _ = _assert_vmap_equals_per_item(
+        lambda K: (la.cholesky(K), jax.grad(loss)(K), jax.hessian(loss)(K)), K)
+    np.testing.assert_allclose(L[0], np.linalg.cholesky(K[0]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["solve_lower", "solve_upper_t", "cho_solve"])
+def test_triangular_solves_under_vmap_and_batched_leading_dimensions(name):
+    """Batched L and B, a shared L (the batch folded into the columns of one solve), a
+    shared B, and leading batch dimensions: against numpy; gradients against unbatched."""
+    fn = getattr(la, name)
+    rng = np.random.default_rng(62)
+    K = np.stack([_spd(N, seed=63 + b, cond=100.0) for b in range(3)])
+    L = np.linalg.cholesky(K)
+    A = {"solve_lower": L, "solve_upper_t": np.swapaxes(L, 1, 2), "cho_solve": K}[name]
+    B = rng.normal(size=(3, N, 2))
+    expected = np.linalg.solve(A, B)
+    np.testing.assert_allclose(fn(L, B), expected, rtol=1e-10)  # leading dimension
+    np.testing.assert_allclose(fn(L, B[..., 0]), expected[..., 0], rtol=1e-10)
+
+    @jax.jit
+    def vmapped(L, B):
+        return (jax.vmap(fn)(L, B), jax.vmap(fn, (None, 0))(L[0], B),
+                jax.vmap(fn, (0, None))(L, B[0]))
+
+    both, shared_L, shared_B = vmapped(L, B)
+    np.testing.assert_allclose(both, expected, rtol=1e-10)
+    np.testing.assert_allclose(shared_L, np.linalg.solve(A[0], B), rtol=1e-10)
+    np.testing.assert_allclose(shared_B, np.linalg.solve(A, B[0]), rtol=1e-10)
+    _assert_vmap_equals_per_item(
+        jax.grad(lambda L, B: jnp.sum(jnp.sin(fn(L, B))), argnums=(0, 1)), L, B)
+
+
+@pytest.mark.parametrize("fn", [la.solve_lower, la.solve_upper_t, la.cho_solve])
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((3, 2), (3,)), ((3, 3), (4,)),
+                                    ((3, 3), ())], ids=["L1d", "Lrect", "rows", "B0d"])
+def test_triangular_solves_reject_bad_shapes(fn, shapes):
+    with pytest.raises(ValueError, match="L .* B"):
+        fn(np.ones(shapes[0]), np.ones(shapes[1]))
 
 
 # --- low rank plus diagonal --------------------------------------------------------------

@@ -3,6 +3,13 @@
 Everything is jit-safe. A failed factorisation inside ``jit`` shows up as NaN in ``L``;
 public entry points call :func:`check_cholesky` on concrete results and raise
 :class:`~augmentedgp.errors.NotPositiveDefiniteError` with advice instead of returning NaN.
+
+Safe under ``jax.vmap``, to any order of differentiation: every factorisation and
+triangular solve here is a single-matrix LAPACK call on CPU, one matrix after the other
+(``lax.map``) when vmapped. jaxlib 0.10 parallelises its batched LAPACK kernels over
+XLA's intra-op thread pool and can deadlock it (seen on 2 cores: every pool thread idle,
+the result never ready), so none is ever made here. On accelerators the batched kernels
+are used.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ from collections.abc import Iterable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
-from jax.scipy.linalg import cho_solve as _cho_solve
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, ArrayLike, Float
 
@@ -47,6 +54,99 @@ def set_jitter_levels(levels: Iterable[float]) -> None:
 def jitter_levels() -> tuple[float, ...]:
     """The jitter levels (multiples of the mean diagonal) tried in turn by ``cholesky``."""
     return _JITTER_LEVELS
+
+
+# --- one matrix per LAPACK call, also under vmap -------------------------------------
+
+
+def _one_matrix_per_call(fn, shared_rhs=None):
+    """``fn`` (arrays in, arrays out; never differentiated itself) as a ``custom_vmap``
+    that, vmapped on CPU, runs one batch entry after the other (``lax.map``), so that no
+    batched LAPACK kernel is made; on other backends it is vmapped as usual.
+    ``shared_rhs(axis_size, *args)``, where given, handles a batch of right-hand sides
+    against an unbatched first argument (the matrix) in one call instead. Both call the
+    wrapped function, so that an enclosing vmap meets this rule again."""
+    wrapped = custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _(axis_size, in_batched, *args):
+        if jax.default_backend() != "cpu":
+            out = jax.vmap(fn, in_axes=tuple(0 if b else None for b in in_batched))(*args)
+        elif shared_rhs is not None and not in_batched[0]:
+            out = shared_rhs(axis_size, *args)
+        else:  # the batched arguments mapped, the others shared
+
+            def one(xs):
+                it = iter(xs)
+                return wrapped(*(next(it) if b else a for a, b in zip(args, in_batched,
+                                                                       strict=True)))
+
+            out = lax.map(one, tuple(a for a, b in zip(args, in_batched, strict=True) if b))
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return wrapped
+
+
+def _columns_solver(transpose):
+    """L^-1 B (L^-T B when ``transpose``) for a batch of right-hand sides B (batch, n, *k)
+    against one L: a single triangular solve with the batch folded into the columns."""
+
+    def solve(axis_size, L, B):
+        n = L.shape[-1]
+        cols = jnp.moveaxis(B, 0, -1).reshape(n, -1)  # (n, *k, batch) -> (n, k * batch)
+        X = (_LOWER_SOLVE_T if transpose else _LOWER_SOLVE)(L, cols)  # L may be batched outside
+        return jnp.moveaxis(X.reshape(B.shape[1:] + (axis_size,)), -1, 0)
+
+    return solve
+
+
+def _lower_solve(L, B):
+    return solve_triangular(L, B, lower=True)
+
+
+def _lower_solve_t(L, B):
+    return solve_triangular(L, B, lower=True, trans="T")
+
+
+_LOWER_SOLVE = _one_matrix_per_call(_lower_solve, _columns_solver(False))
+_LOWER_SOLVE_T = _one_matrix_per_call(_lower_solve_t, _columns_solver(True))
+
+
+@functools.partial(jax.jit, static_argnames="transpose")  # eager calls: traced once
+def _tri_solve(L, B, transpose=False):
+    """L^-1 B (L^-T B when ``transpose``) for lower-triangular L (its upper triangle
+    ignored): L (..., n, n), B (..., n) or (..., n, k), leading dimensions broadcast (as in
+    ``jax.scipy.linalg.solve_triangular``)."""
+    L, B = jnp.asarray(L), jnp.asarray(B)
+    dtype = jnp.result_type(L, B, 0.0)
+    L, B = L.astype(dtype), B.astype(dtype)
+    if L.ndim < 2 or L.shape[-1] != L.shape[-2] or B.ndim < 1:
+        raise ValueError(f"L must be (..., n, n) and B (..., n) or (..., n, k), got L {L.shape} "
+                         f"and B {B.shape}")
+    vector = B.ndim == 1 or (L.ndim == B.ndim + 1 and L.shape[-1] == B.shape[-1])
+    if L.ndim == 2 and B.ndim <= 2:
+        return _tri_solve_2d(L, B, transpose)
+    signature = "(n,n),(n)->(n)" if vector else "(n,n),(n,k)->(n,k)"
+    return jnp.vectorize(functools.partial(_tri_solve_2d, transpose=transpose),
+                         signature=signature)(L, B)  # vmapped: each matrix on its own
+
+
+def _tri_solve_2d(L, B, transpose):
+    """:func:`_tri_solve` for L (n, n) and B (n,) or (n, k), as a ``lax.custom_linear_solve``:
+    differentiable (the derivatives are again such solves, transposable in reverse mode)
+    while the LAPACK call itself, the only thing evaluated or batched, stays one matrix
+    per call under vmap."""
+    if B.shape[0] != L.shape[0]:
+        raise ValueError(f"B must have n = {L.shape[0]} rows (L is {L.shape}), got B {B.shape}")
+    forward, backward = (_LOWER_SOLVE_T, _LOWER_SOLVE) if transpose else (_LOWER_SOLVE,
+                                                                           _LOWER_SOLVE_T)
+
+    def matvec(x):
+        T = jnp.tril(L)
+        return (T.T if transpose else T) @ x
+
+    return lax.custom_linear_solve(matvec, B, lambda _, b: forward(L, b),
+                                   lambda _, b: backward(L, b))
 
 
 def _keep(L, level, A, next_level):
@@ -84,6 +184,9 @@ def _cholesky_jittered(A):
     return lax.cond(jnp.all(jnp.isfinite(L)), _factorised, _escalation(_JITTER_LEVELS), L, A)
 
 
+_FACTOR = _one_matrix_per_call(_cholesky_jittered)  # reads the jitter levels when traced
+
+
 def _with_jitter_tangent(dA, level):
     """Tangent of A + level * mean(diag A) * I: the jitter moves with the diagonal of A."""
     return dA + level * jnp.mean(jnp.diagonal(dA)) * jnp.eye(dA.shape[-1], dtype=dA.dtype)
@@ -96,6 +199,13 @@ def cholesky(A: Float[Array, "n n"]) -> Float[Array, "n n"]:
     Differentiable: the derivative is that of the factor actually returned (jitter
     included). On total failure the result holds NaN (see :func:`check_cholesky`).
     """
+    return _cholesky(A, _JITTER_LEVELS)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cholesky(A, levels):
+    """``cholesky``, compiled once per shape and jitter levels (``levels`` is the cache key;
+    the trace reads the same levels from ``_JITTER_LEVELS``)."""
     return _factor_and_level(A)[0]
 
 
@@ -104,16 +214,16 @@ def _factor_and_level(A):
     """(L, level) of :func:`_cholesky_jittered` with the derivative of the factor actually
     returned (the level is piecewise constant): the one rule that ``cholesky`` and the
     rules built on the factor differentiate through, in either mode and again."""
-    return _cholesky_jittered(A)
+    return _FACTOR(A)
 
 
 @_factor_and_level.defjvp
 def _factor_and_level_jvp(primals, tangents):
     (A,), (dA,) = primals, tangents
-    L, level = _cholesky_jittered(A)
+    L, level = _factor_and_level(A)  # this rule again, to any order
     dA = _with_jitter_tangent(0.5 * (dA + dA.T), level)
     # dL = L Phi(L^{-1} dA L^{-T}), Phi = lower triangle with halved diagonal
-    M = solve_triangular(L, solve_triangular(L, dA, lower=True).T, lower=True).T
+    M = _tri_solve(L, _tri_solve(L, dA).T).T
     return (L, level), (L @ _phi(M), jnp.zeros_like(level))
 
 
@@ -131,13 +241,13 @@ def cholesky_project(K: Float[Array, "m m"], B: Float[Array, "m n"]
     is about twice as fast as transposing the Cholesky's forward-mode rule: with the
     cotangents (Lb, Ab), Bb = L^-T Ab and
     Kb = sym(L^-T Phi(L^T Lb - Ab A^T) L^-1), plus the moving jitter's share."""
-    L = _cholesky_jittered(K)[0]
-    return L, solve_triangular(L, B, lower=True)
+    L = _factor_and_level(K)[0]
+    return L, _tri_solve(L, B)
 
 
 def _cholesky_project_fwd(K, B):
-    L, level = _cholesky_jittered(K.value)
-    A = solve_triangular(L, B.value, lower=True)
+    L, level = _factor_and_level(K.value)
+    A = _tri_solve(L, B.value)
     return (L, A), (L, A, level)
 
 
@@ -148,12 +258,12 @@ def _cholesky_project_bwd(res, cts):
     Lb, Ab = cts
     if isinstance(Ab, SymbolicZero):
         Ab = jnp.zeros_like(A)
-    Bb = solve_triangular(L, Ab, lower=True, trans="T")
+    Bb = _tri_solve(L, Ab, transpose=True)
     X = -(Ab @ A.T)
     if not isinstance(Lb, SymbolicZero):
         X = X + L.T @ Lb
-    Y = solve_triangular(L, _phi(X), lower=True, trans="T")  # L^-T X
-    W = solve_triangular(L, Y.T, lower=True, trans="T").T  # L^-T X L^-1
+    Y = _tri_solve(L, _phi(X), transpose=True)  # L^-T X
+    W = _tri_solve(L, Y.T, transpose=True).T  # L^-T X L^-1
     Kb = 0.5 * (W + W.T)
     # adjoint of dK -> dK + level mean(diag dK) I
     n = Kb.shape[0]
@@ -173,17 +283,17 @@ def check_cholesky(L: Float[ArrayLike, "*b n n"], what: str = "covariance matrix
 
 def solve_lower(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
     """L^{-1} B for lower-triangular L."""
-    return solve_triangular(L, B, lower=True)
+    return _tri_solve(L, B)
 
 
 def solve_upper_t(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
     """L^{-T} B for lower-triangular L."""
-    return solve_triangular(L, B, lower=True, trans="T")
+    return _tri_solve(L, B, transpose=True)
 
 
 def cho_solve(L: Float[Array, "n n"], B: Float[Array, " n *k"]) -> Float[Array, " n *k"]:
-    """(L L^T)^{-1} B."""
-    return _cho_solve((L, True), B)
+    """(L L^T)^{-1} B for lower-triangular L."""
+    return _tri_solve(L, _tri_solve(L, B), transpose=True)
 
 
 def logdet_chol(L: Float[Array, "*b n n"]) -> Float[Array, "*b"]:
@@ -213,7 +323,7 @@ def _inverse_from_factor(L):
     for j in range(last - width, -1, -width):
         k = j + width
         A, B = L[j:k, j:k], L[k:, j:k]
-        Y = lax.linalg.triangular_solve(A, B, left_side=False, lower=True)  # B A^{-1}
+        Y = _tri_solve(A, B.T, transpose=True).T  # B A^{-1} = (A^{-T} B^T)^T
         W = -out[k:, k:] @ Y
         top = cho_solve(A, eye) - Y.T @ W
         out = out.at[j:k, j:k].set(top).at[k:, j:k].set(W).at[j:k, k:].set(W.T)
