@@ -386,3 +386,20 @@ def test_a_dataframe_keeps_its_column_names():
     with warnings.catch_warnings():  # scoring a frame passes the frame on to predict
         warnings.simplefilter("error", UserWarning)
         assert np.isfinite(est.score(frame, np.sin(frame["a"].to_numpy())))
+
+
+@pytest.mark.parametrize("name", ["GPRegressor", "GPRegressor-t", "GPCountRegressor"])
+def test_regression_score_on_one_row_is_refused(fitted, name):
+    """R^2 / D^2 on one row are undefined (scikit-learn returns NaN): a clear error."""
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        fitted[name].score(X_GOOD[:1], _y_for(name)[:1])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(random_state="seed"), "random_state"), (dict(random_state=-1), "random_state"),
+    (dict(likelihood="student_t", df=[0.1, 0.2]), "df"),
+    (dict(likelihood="student_t", df=1 + 1j), "df"),
+    (dict(likelihood="student_t", df=True), "df")])
+def test_bad_settings_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GPRegressor(max_iter=2, **kwargs).fit(X2, _y_for("GPRegressor"))

@@ -275,7 +275,12 @@ class _GPEstimator(BaseEstimator):
     _likelihoods: dict = {}
 
     def _seed(self):
-        return int(check_random_state(self.random_state).randint(2**31 - 1))
+        try:
+            state = check_random_state(self.random_state)
+        except ValueError as err:  # scikit-learn's message does not name the argument
+            raise ValueError(f"random_state must be None, an integer in [0, 2**32) or a "
+                             f"numpy RandomState, got {self.random_state!r}") from err
+        return int(state.randint(2**31 - 1))
 
     def _kernel(self, d):
         if not isinstance(self.kernel, str):
@@ -383,6 +388,9 @@ class _GPEstimator(BaseEstimator):
                 check_finite(y, "y")
         else:
             y = check_y(y, n, "y")
+            if n < 2:  # R^2 and D^2 divide by the spread of y: undefined (NaN) on one row
+                raise ValueError("score needs at least 2 rows of X and y (R^2 / D^2 compare "
+                                 "with the spread of y), got 1")
         if sample_weight is not None:
             sample_weight = check_finite(sample_weight, "sample_weight")
             if sample_weight.shape != (n,):
@@ -552,8 +560,10 @@ class GPRegressor(_Regressor):
     def fit(self, X, y):
         """Fit to inputs X (n, d) and real targets y (n,)."""
         name = _choice(self.likelihood, self._likelihoods, "likelihood")
-        if name == "student_t" and not (np.isfinite(self.df) and self.df > 0):
-            raise ValueError(f"df must be finite and > 0, got {self.df!r}")
+        if name == "student_t" and not (
+                isinstance(self.df, numbers.Real) and not isinstance(self.df, bool)
+                and np.isfinite(self.df) and self.df > 0):
+            raise ValueError(f"df must be a finite real number > 0, got {self.df!r}")
         X, y = self._fit_data(X, y, numeric=True)
         if self.normalize_y:  # overflow-safe: y ~ 1e300 and y ~ 1e-300 alike
             z, self._y_shift, self._y_scale_ = _standardise_targets(y)
