@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 
+import jax
 import numpy as np
 import numpy.typing as npt
 from jaxtyping import Float, Shaped
@@ -103,3 +104,46 @@ def check_int(value: object, name: str, low: int = 1, allow_none: bool = False) 
         raise ValueError(f"{name} must be {bound}{' or None' if allow_none else ''}, "
                          f"got {value!r}")
     return int(value)
+
+
+def check_positive(value: object, name: str) -> float:
+    """``value`` as a finite real scalar > 0 (numbers and 0-d arrays; not booleans or
+    strings); a ValueError naming the argument otherwise."""
+    arr = None if isinstance(value, bool | np.bool_ | str | bytes) else np.asarray(value)
+    if arr is None or arr.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be a positive real number, got {value!r}")
+    if arr.ndim != 0:
+        raise ValueError(f"{name} must be a scalar, got an array of shape {arr.shape}")
+    x = float(arr)
+    if not np.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if x <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return x
+
+
+def check_key(key: object, name: str = "key", allow_none: bool = False):
+    """``key`` as one JAX PRNG key: a typed key (``jax.random.key(seed)``, shape ()) or a
+    legacy raw key (``jax.random.PRNGKey(seed)``, uint32 of shape (2,)); or None if
+    ``allow_none``. A TypeError naming the argument for anything else (None, an int
+    seed, a float array), a ValueError for a batch of keys or a raw key of the wrong
+    shape."""
+    if key is None and allow_none:
+        return None
+    hint = "pass jax.random.key(seed)"
+    dtype = getattr(key, "dtype", None)
+    if dtype is None or not hasattr(key, "shape"):
+        raise TypeError(f"{name} must be a JAX PRNG key ({hint}), got {type(key).__name__} "
+                        f"{key!r}")
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"{name} must be a single PRNG key, got a batch of shape "
+                             f"{key.shape} (index or split it)")
+        return key
+    if dtype != np.uint32:
+        raise TypeError(f"{name} must be a JAX PRNG key ({hint}), got an array of dtype "
+                        f"{dtype}")
+    if tuple(key.shape) != (2,):
+        raise ValueError(f"{name} must be a single PRNG key: a raw key has shape (2,), got "
+                         f"shape {tuple(key.shape)} ({hint})")
+    return key

@@ -15,8 +15,9 @@ from jax import lax
 from jax.scipy.special import gammaln
 
 from augmentedgp.augmentation.protocol import log_cosh_sqrt
+from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
-from augmentedgp.core.validation import check_finite, check_y
+from augmentedgp.core.validation import check_finite, check_positive, check_y
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -49,8 +50,13 @@ class Likelihood(eqx.Module):
     ``variational_expectations(y, mean, var, n=None, key=None)``,
     ``predictive_log_prob(y, mean, var)``, ``predict_y(mean, var, n=None)`` and
     ``check_targets(y, name="y")``. Class attributes: ``support``, the set of targets y
-    ("real", "positive", "unit", "binary", "counts" or "classes"), and ``normalised``
-    (False for a pseudo-likelihood whose p(y | f) does not sum to 1 over y).
+    ("real", "positive", "unit", "binary", "counts" or "classes"), ``normalised``
+    (False for a pseudo-likelihood whose p(y | f) does not sum to 1 over y) and
+    ``twice_differentiable`` (False where log p(y | f) has a kink in f, so that its
+    curvature is zero almost everywhere: the Laplace approximation refuses it) and
+    ``log_concave`` (True where log p(y | f) is concave in f for every y, so that the
+    Laplace approximation's W = -d^2 log p / df^2 is never negative and it compiles only
+    its Cholesky form; False, the default, is always correct).
 
     A conditionally conjugate likelihood subclasses
     :class:`~augmentedgp.augmentation.Augmented` as well.
@@ -60,6 +66,8 @@ class Likelihood(eqx.Module):
 
     support: ClassVar[str] = "real"
     normalised: ClassVar[bool] = True
+    twice_differentiable: ClassVar[bool] = True
+    log_concave: ClassVar[bool] = False
 
     @property
     def num_latent(self) -> int:
@@ -116,6 +124,18 @@ class Likelihood(eqx.Module):
         ey2 = gauss_hermite(lambda f: self.conditional_variance(f) + self.conditional_mean(f) ** 2,
                             mean, var, n)
         return ey, jnp.maximum(ey2 - ey**2, 0.0)
+
+
+def scalar_positive(value, name: str) -> Parameter:
+    """A positive scalar hyperparameter: a scalar-valued :class:`Parameter` as it is, or a
+    finite real number > 0 as a trainable one (a ValueError naming ``name`` otherwise:
+    arrays, booleans, strings, NaN, inf, values <= 0)."""
+    if isinstance(value, Parameter):
+        if jnp.ndim(value.value) != 0:
+            raise ValueError(f"{name} must be a scalar Parameter, got shape "
+                             f"{jnp.shape(value.value)}")
+        return value
+    return positive(check_positive(value, name), name)
 
 
 def count_targets(y, name: str = "y", integer: bool = True) -> np.ndarray:

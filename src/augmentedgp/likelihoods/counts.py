@@ -9,13 +9,13 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import gammaln, xlogy
 
 from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
 from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussian
-from augmentedgp.core.params import Parameter, positive
-from augmentedgp.likelihoods.base import Likelihood, count_targets
+from augmentedgp.core.params import Parameter
+from augmentedgp.core.validation import check_positive
+from augmentedgp.likelihoods.base import Likelihood, count_targets, scalar_positive
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -27,13 +27,12 @@ class Poisson(Likelihood):
     scikit-learn's PoissonRegressor)."""
 
     support = "counts"
+    log_concave = True
     binsize: float = eqx.field(static=True)
     integer: bool = eqx.field(static=True)
 
     def __init__(self, binsize=1.0, integer: bool = True):
-        if not (np.isfinite(binsize) and binsize > 0):
-            raise ValueError(f"binsize must be finite and > 0, got {binsize!r}")
-        self.binsize = float(binsize)
+        self.binsize = check_positive(binsize, "binsize")
         self.integer = bool(integer)
 
     def check_targets(self, y, name: str = "y"):
@@ -86,7 +85,7 @@ class LogisticPoisson(Likelihood, Augmented):
     rate: Parameter
 
     def __init__(self, rate=1.0):
-        self.rate = positive(rate, "Poisson maximum rate")
+        self.rate = scalar_positive(rate, "Poisson maximum rate")
 
     def check_targets(self, y, name: str = "y"):
         return count_targets(y, name)
@@ -147,11 +146,12 @@ class NegativeBinomial(Likelihood, PolyaGamma):
     for the factorials)."""
 
     support = "counts"
+    log_concave = True  # d^2/df^2 = -(y + r) sigmoid(f) sigmoid(-f)
     r: Parameter
     integer: bool = eqx.field(static=True)
 
     def __init__(self, r=1.0, integer: bool = True):
-        self.r = positive(r, "negative-binomial dispersion r")
+        self.r = scalar_positive(r, "negative-binomial dispersion r")
         self.integer = bool(integer)
 
     def check_targets(self, y, name: str = "y"):

@@ -12,7 +12,7 @@ from jax.scipy.special import erf, gammaln, log_ndtr
 import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussian
-from augmentedgp.core.params import Parameter, positive
+from augmentedgp.core.params import Parameter
 from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -21,12 +21,17 @@ _LOG_2 = math.log(2.0)
 
 class Gaussian(Likelihood, ScaleMixture):
     """y = f + e, e ~ N(0, variance). Conjugate as it is: in the augmentation scheme
-    h = (f - y) / sqrt(2 variance) and phi(t) = e^-t, so w = 1."""
+    h = (f - y) / sqrt(2 variance) and phi(t) = e^-t, so w = 1.
 
+    ``variance`` is one number, the same for every observation (a ValueError otherwise:
+    there would be no noise variance to predict with at new inputs); noise that varies
+    with x is :class:`~augmentedgp.likelihoods.HeteroscedasticGaussian`."""
+
+    log_concave = True
     variance: Parameter
 
     def __init__(self, variance=1.0):
-        self.variance = positive(variance, "noise variance")
+        self.variance = base.scalar_positive(variance, "noise variance")
 
     def log_prob(self, y, f):
         s2 = self.variance.value
@@ -86,8 +91,8 @@ class StudentT(Likelihood, ScaleMixture):
     scale: Parameter
 
     def __init__(self, df=3.0, scale=1.0):
-        self.df = positive(df, "Student-t degrees of freedom")
-        self.scale = positive(scale, "Student-t scale")
+        self.df = base.scalar_positive(df, "Student-t degrees of freedom")
+        self.scale = base.scalar_positive(scale, "Student-t scale")
 
     def log_prob(self, y, f):
         nu, s = self.df.value, self.scale.value
@@ -190,12 +195,14 @@ class Laplace(Likelihood, ScaleMixture):
     """p(y | f) = exp(-|y - f| / scale) / (2 scale).
 
     Augmentation: h = f - y, phi(t) = exp(-sqrt(t) / scale); q(w) is inverse Gaussian with
-    mean 1 / (2 scale c) ([Galy-Fajou2020, Table 1])."""
+    mean 1 / (2 scale c) ([Galy-Fajou2020, Table 1]). Kinked at f = y (no Laplace
+    approximation: use variational inference)."""
 
+    twice_differentiable = False
     scale: Parameter
 
     def __init__(self, scale=1.0):
-        self.scale = positive(scale, "Laplace scale")
+        self.scale = base.scalar_positive(scale, "Laplace scale")
 
     def log_prob(self, y, f):
         b = self.scale.value
@@ -265,10 +272,11 @@ class Matern32(Likelihood, ScaleMixture):
     sqrt r is meant), q(w) generalised inverse Gaussian with mean a^2 / (2 (1 + a c)); noise
     variance 4 scale^2 / 3."""
 
+    log_concave = True  # d^2/df^2 = -a^2 / (1 + a |y - f|)^2
     scale: Parameter
 
     def __init__(self, scale=1.0):
-        self.scale = positive(scale, "Matern-3/2 noise scale")
+        self.scale = base.scalar_positive(scale, "Matern-3/2 noise scale")
 
     def _a(self):
         return math.sqrt(3.0) / self.scale.value

@@ -8,6 +8,8 @@ hyperparameters.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,12 @@ from augmentedgp.likelihoods.binary import Probit
 from augmentedgp.likelihoods.robust import Gaussian
 
 sg = lax.stop_gradient
+
+
+def _frozen(tree):
+    """``tree`` with every inexact array leaf under stop_gradient: a likelihood whose
+    trainable parameters may enter a while_loop (not reverse-differentiable) as constants."""
+    return jax.tree_util.tree_map(lambda x: sg(x) if eqx.is_inexact_array(x) else x, tree)
 
 
 class Exact(eqx.Module):
@@ -45,27 +53,69 @@ class Exact(eqx.Module):
         return tau, nu, self.log_marginal_likelihood(model, X, y)
 
 
+class WhitenedFactors(NamedTuple):
+    """The Gaussian-site posterior for sites with negative precisions W (the Laplace
+    approximation of a likelihood that is not log-concave): Lk = chol(K) and
+    L = chol(A), A = I + Lk^T W Lk, which is positive definite at a posterior mode
+    (K^-1 + W is), and alpha = (K + W^-1)^-1 (nu / tau) = K^-1 E[g]. Then
+    Sigma = Lk A^-1 Lk^T, log|I + K W| = log|A|, and the predictive variance is
+    k** - |Lk^-1 k*|^2 + |L^-1 Lk^-1 k*|^2 ([Rasmussen2006], eq. 3.24 with
+    (K + W^-1)^-1 = K^-1 - K^-1 Sigma K^-1)."""
+
+    prior_factor: Float[Array, "n n"]
+    L: Float[Array, "n n"]
+    alpha: Float[Array, " n"]
+
+
+def _whitened_system(Lk: Float[Array, "n n"], tau: Float[Array, " n"]) -> Float[Array, "n n"]:
+    """chol(I + Lk^T diag(tau) Lk): the system matrix of :class:`WhitenedFactors`."""
+    return linalg.cholesky(jnp.eye(Lk.shape[0], dtype=Lk.dtype) + Lk.T @ (tau[:, None] * Lk))
+
+
+def whitened_factors(K: Float[Array, "n n"], tau: Float[Array, " n"], nu: Float[Array, " n"]
+                     ) -> WhitenedFactors:
+    """:class:`WhitenedFactors` of the sites (tau, nu) on g = f - m, any sign of tau."""
+    Lk = linalg.cholesky(K)
+    L = _whitened_system(Lk, tau)
+    alpha = linalg.solve_upper_t(Lk, linalg.cho_solve(L, Lk.T @ nu))  # K^-1 Sigma nu
+    return WhitenedFactors(Lk, L, alpha)
+
+
 class Laplace(eqx.Module):
     """Laplace approximation at the posterior mode ([Rasmussen2006], Algorithms 3.1-3.2,
     Sec. 5.5.1).
 
-    Newton's method with step halving finds the mode; the marginal likelihood
-    log q(y) = -1/2 a^T g + log p(y | g + m) - sum log diag L, with |B| = |I + W^1/2 K W^1/2|
-    ([Rasmussen2006], eq. 3.32). Its gradient includes the implicit
-    dependence of the mode on the hyperparameters: one differentiable Newton step from the
-    (stop-gradient) mode has, at the fixed point, the implicit-function derivative.
+    Newton's method with step halving finds the mode, with W = -d^2 log p / df^2 clipped
+    at 0 in the search (an ascent direction for any likelihood); the marginal likelihood
+    log q(y) = -1/2 a^T g + log p(y | g + m) - 1/2 log|I + K W| ([Rasmussen2006],
+    eq. 3.32). Its gradient with respect to every hyperparameter (kernel, mean and
+    likelihood) includes the implicit dependence of the mode on them: one differentiable
+    Newton step (unclipped W) from the (stop-gradient) mode has, at the fixed point, the
+    implicit-function derivative. A likelihood that is not log-concave (Student-t,
+    Beta, LogisticPoisson) can have W < 0 at the mode; then |I + K W| and the Newton step
+    use :class:`WhitenedFactors` instead of chol(I + W^1/2 K W^1/2). A likelihood with
+    a kink (``twice_differentiable`` False: Laplace, BayesianSVM) has W = 0 almost
+    everywhere and no Newton fixed point: refused, use variational inference.
     """
 
     max_iter: int = eqx.field(static=True, default=100)
     tol: float = eqx.field(static=True, default=1e-10)
 
     def check(self, model):
-        pass
+        lik = model.likelihood
+        if not getattr(lik, "twice_differentiable", True):
+            raise ValueError(
+                f"the Laplace approximation needs a likelihood twice differentiable in f; "
+                f"{type(lik).__name__} has a kink (zero curvature almost everywhere): fit it "
+                "with variational inference instead (VGP or SVGP, e.g. AnalyticVI())")
 
-    def _newton_step(self, lik, K, m, y, g):
-        """One Newton update from g: returns (g_new, a_new) with g_new = K a_new."""
+    def _newton_step(self, lik, K, m, y, g, clip: bool = False):
+        """One Newton update from g: returns (g_new, a_new) with g_new = K a_new; with
+        ``clip`` W is clipped at 0 (chol(I + S K S) always exists)."""
         f = g + m
         W = -lik.hess_log_prob(y, f)
+        if clip:
+            W = jnp.maximum(W, 0.0)
         b = W * g + lik.grad_log_prob(y, f)
         s, L = system_factor(K, W)
         a = b - s * linalg.cho_solve(L, s * (K @ b))  # R&W Alg. 3.1 lines 6-7
@@ -77,23 +127,27 @@ class Laplace(eqx.Module):
     def mode(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
              ) -> tuple[Float[Array, " n"], Int[Array, ""]]:
         """The posterior mode g = f - m (stop-gradient) and the number of Newton steps."""
-        lik = model.likelihood
+        lik = _frozen(model.likelihood)  # kernel, mean and likelihood all constant here
         K, m = sg(model.kernel(X)), sg(model.mean(X))
 
         def body(state):
             g, a, psi, _, it = state
-            g_new, a_new = self._newton_step(lik, K, m, y, g)
+            g_new, a_new = self._newton_step(lik, K, m, y, g, clip=True)
 
             def halve(carry):  # backtrack along the Newton direction until psi improves
                 t, _ = carry
                 t = 0.5 * t
                 return t, self._psi(lik, m, y, g + t * (g_new - g), a + t * (a_new - a))
 
+            # down to t = 2^-60: from g = 0 the first step for counts ~ 1e6 under a log link
+            # is ~ 1e6 long (W = 1 there), the mode ~ 14 away; psi NaN or -inf is no gain
             t, psi_new = lax.while_loop(
-                lambda c: (c[1] < psi) & (c[0] > 1e-4),
+                lambda c: ~(c[1] >= psi) & (c[0] > 2.0**-60),
                 halve,
                 (1.0, self._psi(lik, m, y, g_new, a_new)),
             )
+            t = jnp.where(psi_new >= psi, t, 0.0)  # no gain anywhere: stay (and stop)
+            psi_new = jnp.where(psi_new >= psi, psi_new, psi)
             g_next, a_next = g + t * (g_new - g), a + t * (a_new - a)
             return g_next, a_next, psi_new, jnp.abs(psi_new - psi), it + 1
 
@@ -110,12 +164,32 @@ class Laplace(eqx.Module):
         lik = model.likelihood
         K, m = model.kernel(X), model.mean(X)
         g_hat, _ = self.mode(model, X, y)
-        g, a = self._newton_step(lik, K, m, y, g_hat)  # = g_hat in value, IFT in derivative
+        W_hat = -_frozen(lik).hess_log_prob(y, g_hat + sg(m))
+
+        def cholesky_form():  # W >= 0: R&W Alg. 3.1 (clipping changes nothing then; it keeps
+            # the branch finite where vmap evaluates both)
+            g, a = self._newton_step(lik, K, m, y, g_hat, clip=True)  # = g_hat; IFT derivative
+            W = jnp.maximum(-lik.hess_log_prob(y, g + m), 0.0)
+            _, L = system_factor(K, W)
+            return g, a, self._psi(lik, m, y, g, a) - jnp.sum(jnp.log(jnp.diagonal(L)))
+
+        def whitened_form():  # some W < 0: the same with Sigma = Lk A^-1 Lk^T
+            f = g_hat + m
+            W = -lik.hess_log_prob(y, f)
+            Lk = linalg.cholesky(K)
+            b = W * g_hat + lik.grad_log_prob(y, f)
+            c = linalg.cho_solve(_whitened_system(Lk, W), Lk.T @ b)  # A^-1 Lk^T b
+            g, a = Lk @ c, linalg.solve_upper_t(Lk, c)  # = g_hat in value, IFT derivative
+            L = _whitened_system(Lk, -lik.hess_log_prob(y, g + m))
+            return g, a, self._psi(lik, m, y, g, a) - jnp.sum(jnp.log(jnp.diagonal(L)))
+
+        if getattr(lik, "log_concave", False):  # W >= 0 for every y: one form to compile
+            g, a, lml = cholesky_form()
+        else:
+            g, a, lml = lax.cond(jnp.any(W_hat < 0.0), whitened_form, cholesky_form)
         f = g + m
         W = -lik.hess_log_prob(y, f)
-        _, L = system_factor(K, W)
-        lml = self._psi(lik, m, y, g, a) - jnp.sum(jnp.log(jnp.diagonal(L)))  # R&W eq. 3.32
-        return sg(W), sg(W * g + lik.grad_log_prob(y, f)), lml
+        return sg(W), sg(W * g + lik.grad_log_prob(y, f)), lml  # R&W eq. 3.32
 
     def log_marginal_likelihood(self, model, X: Float[Array, "n d"], y: Float[Array, " n"]
                                 ) -> Float[Array, ""]:

@@ -6,25 +6,28 @@ import dataclasses
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.errors import NotPositiveDefiniteError
 from augmentedgp.core.linalg import site_factors
 from augmentedgp.core.loop import History
+from augmentedgp.core.params import Parameter
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
 from augmentedgp.likelihoods.base import Likelihood
 from augmentedgp.likelihoods.robust import Gaussian
-from augmentedgp.models.approximations import EP, Exact, Laplace
+from augmentedgp.models.approximations import EP, Exact, Laplace, whitened_factors
 from augmentedgp.models.sites import SitePosterior
 
 
 class GP(eqx.Module):
     """f ~ GP(mean, kernel), y_i ~ likelihood(f(x_i)).
 
-    With the default Gaussian likelihood (``noise`` is its variance) inference is exact;
+    With the default Gaussian likelihood (``noise`` is its variance, one positive number)
+    inference is exact;
     with a binary likelihood use ``Laplace()`` (default) or ``EP()`` (probit).
     """
 
@@ -39,6 +42,11 @@ class GP(eqx.Module):
         if likelihood is not None and noise is not None:
             raise ValueError("give either likelihood or noise (the Gaussian noise variance), "
                              "not both")
+        if noise is not None and not isinstance(noise, Parameter) and np.ndim(noise) != 0:
+            raise ValueError(
+                f"noise must be one variance (a scalar), got an array of shape "
+                f"{np.shape(noise)}: per-point noise has no value at new inputs; for noise "
+                "that varies with x use likelihoods.HeteroscedasticGaussian (VGP or SVGP)")
         if likelihood is None:
             likelihood = Gaussian(1.0 if noise is None else noise)
         if not isinstance(likelihood, Likelihood):
@@ -84,7 +92,9 @@ class GP(eqx.Module):
         inference = self.resolve_inference(inference)
         X, y = self.validate_data(X, y)
         post = _posterior(self, X, y, inference)
-        linalg.check_cholesky(post.L, "posterior system matrix I + S K S")
+        if post.prior_factor is not None:
+            linalg.check_cholesky(post.prior_factor, "kernel matrix")
+        linalg.check_cholesky(post.L, "posterior system matrix")
         if not bool(jnp.isfinite(post.lml)):
             raise NotPositiveDefiniteError("kernel matrix")
         return dataclasses.replace(post, history=history)
@@ -95,11 +105,28 @@ def _lml(model, X, y, inference):
     return inference.log_marginal_likelihood(model, X, y)
 
 
-@eqx.filter_jit
 def _posterior(model, X, y, inference):
-    tau, nu, lml = inference.approximate(model, X, y)
-    s, L, alpha = site_factors(model.kernel(X), tau, nu)
+    tau, nu, lml = _sites(model, X, y, inference)
+    if bool(jnp.any(tau < 0.0)):  # a Laplace mode of a likelihood that is not log-concave
+        Lk, L, alpha = _whitened(model, X, tau, nu)
+        return SitePosterior(model, X, y, jnp.sqrt(jnp.abs(tau)), L, alpha, lml, Lk)
+    s, L, alpha = _site_factors(model, X, tau, nu)
     return SitePosterior(model, X, y, s, L, alpha, lml)
+
+
+@eqx.filter_jit
+def _sites(model, X, y, inference):
+    return inference.approximate(model, X, y)
+
+
+@eqx.filter_jit
+def _site_factors(model, X, tau, nu):
+    return site_factors(model.kernel(X), tau, nu)
+
+
+@eqx.filter_jit
+def _whitened(model, X, tau, nu):
+    return whitened_factors(model.kernel(X), tau, nu)
 
 
 __all__ = ["GP", "Exact", "Laplace", "EP"]

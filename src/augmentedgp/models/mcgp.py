@@ -22,7 +22,7 @@ from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean
 from augmentedgp.likelihoods import augmentable
 from augmentedgp.likelihoods.base import Likelihood
-from augmentedgp.models.sites import FittedPosterior
+from augmentedgp.models.sites import FittedPosterior, check_moments
 from augmentedgp.models.sparse import SVGP, inducing_parameter, latent_prior
 from augmentedgp.variational.families import map_latents
 
@@ -169,7 +169,7 @@ class MCPosterior(FittedPosterior):
         means, var = self._conditionals(Xnew)
         ey, vy = self.likelihood.predict_y(means, var)
         mean = jnp.mean(ey, 0)
-        return mean, jnp.mean(vy + ey**2, 0) - mean**2
+        return check_moments(self.likelihood, mean, jnp.mean(vy + ey**2, 0) - mean**2)
 
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,), or p(y = k | Xnew, data) (n*, C): the average over

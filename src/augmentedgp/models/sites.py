@@ -18,7 +18,26 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core import linalg
-from augmentedgp.core.validation import check_X
+from augmentedgp.core.validation import check_int, check_key, check_X
+from augmentedgp.likelihoods.robust import StudentT
+
+
+def check_moments(likelihood, mean: Float[Array, " n *C"], var: Float[Array, " n *C"]
+                  ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
+    """(mean, var) of y if finite; otherwise a ValueError that says why: Student-t noise
+    with df <= 2 has no variance (then neither has y), or the moments overflow. Traced
+    moments (under jit) pass unchecked."""
+    if isinstance(mean, jax.core.Tracer) or isinstance(var, jax.core.Tracer):
+        return mean, var
+    if bool(jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(var))):
+        return mean, var
+    if isinstance(likelihood, StudentT) and float(likelihood.df.value) <= 2.0:
+        raise ValueError(
+            f"predict_y: the Student-t noise has df = {float(likelihood.df.value):.4g} <= 2, "
+            "so y has no finite variance; fix df above 2 (e.g. StudentT(fixed(positive(4.0))) "
+            "from augmentedgp.params) or use predict_f / predict_log_density")
+    raise ValueError(f"predict_y: the predictive moments of y overflow (not finite) under "
+                     f"{type(likelihood).__name__}; rescale the targets or inputs")
 
 
 class Predictive(eqx.Module):
@@ -31,8 +50,9 @@ class Predictive(eqx.Module):
 
     def predict_y(self, Xnew: Float[ArrayLike, "n d"]
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
-        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p))."""
-        return self.likelihood.predict_y(*self.predict_f(Xnew))
+        """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p)).
+        A ValueError where they do not exist (Student-t noise with df <= 2) or overflow."""
+        return check_moments(self.likelihood, *self.likelihood.predict_y(*self.predict_f(Xnew)))
 
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
@@ -52,7 +72,10 @@ class Predictive(eqx.Module):
     def sample_f(self, key: PRNGKeyArray, Xnew: Float[ArrayLike, "n d"], n_samples: int = 1
                  ) -> Float[Array, "S n *C"]:
         """Joint posterior samples of f at Xnew, shape (n_samples, n*) -- or
-        (n_samples, n*, C) for C latent functions (independent across latents)."""
+        (n_samples, n*, C) for C latent functions (independent across latents). ``key``: a
+        ``jax.random.key`` (or a legacy ``PRNGKey``); ``n_samples``: a positive integer."""
+        key = check_key(key)
+        n_samples = check_int(n_samples, "n_samples")
         mean, cov = self.predict_f(Xnew, full_cov=True)
         single = mean.ndim == 1
         if single:
@@ -88,7 +111,12 @@ class FittedPosterior(Predictive):
 class SitePosterior(FittedPosterior):
     """A fitted full GP: predictions, samples and the (approximate) log marginal likelihood.
 
-    Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``.
+    Immutable; returned by :func:`augmentedgp.fit` and ``GP.posterior``. ``L`` is the
+    Cholesky factor of the system matrix B = I + S K S; where a Laplace approximation
+    has negative site precisions (a likelihood that is not log-concave), ``prior_factor``
+    holds Lk = chol(K), ``L`` is chol(I + Lk^T W Lk) and ``sqrt_tau`` is sqrt|W|
+    (:class:`~augmentedgp.models.approximations.WhitenedFactors`). Either way
+    log|L L^T| = log|K| - log|Sigma| and tr((L L^T)^-1) = tr(K^-1 Sigma).
     """
 
     model: eqx.Module
@@ -98,6 +126,7 @@ class SitePosterior(FittedPosterior):
     L: jax.Array
     alpha: jax.Array
     lml: jax.Array
+    prior_factor: jax.Array | None = None
     history: object = eqx.field(static=True, default=None)
 
     def log_marginal_likelihood(self) -> float:
@@ -115,6 +144,9 @@ class SitePosterior(FittedPosterior):
 
     def _moments(self, Xnew, full_cov: bool = False):
         """predict_f without validation (traceable)."""
+        if self.prior_factor is not None:
+            return _predict_f_whitened(self.model, self.X, self.alpha, self.L, self.prior_factor,
+                                       Xnew, full_cov)
         return _predict_f(self.model, self.X, self.alpha, self.L, self.sqrt_tau, Xnew, full_cov)
 
 
@@ -126,3 +158,16 @@ def _predict_f(model, X, alpha, L, sqrt_tau, Xnew, full_cov: bool):
     if full_cov:
         return mean, model.kernel(Xnew) - V.T @ V
     return mean, jnp.maximum(model.kernel.diag(Xnew) - jnp.sum(V**2, axis=0), 0.0)
+
+
+@eqx.filter_jit
+def _predict_f_whitened(model, X, alpha, L, Lk, Xnew, full_cov: bool):
+    """V[f*] = k** - k*^T (K + W^-1)^-1 k* = k** - |Lk^-1 k*|^2 + |L^-1 Lk^-1 k*|^2."""
+    Ksx = model.kernel(X, Xnew)
+    mean = model.mean(Xnew) + Ksx.T @ alpha
+    Vk = linalg.solve_lower(Lk, Ksx)
+    Va = linalg.solve_lower(L, Vk)
+    if full_cov:
+        return mean, model.kernel(Xnew) - Vk.T @ Vk + Va.T @ Va
+    return mean, jnp.maximum(model.kernel.diag(Xnew) - jnp.sum(Vk**2, axis=0)
+                             + jnp.sum(Va**2, axis=0), 0.0)
