@@ -335,3 +335,26 @@ def test_likelihood_parameters_are_validated_naming_them(make, name):
         with pytest.raises(ValueError, match=f"{name} {why}"):
             make(bad)
     make(np.float32(0.5))  # any real scalar type
+
+
+def _flow_draws(key):
+    q = agp.fit_gaussian(lambda x: -0.5 * jnp.sum(x**2), jnp.zeros(2), max_iter=3,
+                         key=jax.random.key(0))
+    return q.sample(key, 3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda key: agp.inducing.kmeans(np.arange(6.0)[:, None], 2, key),
+    lambda key: agp.inducing.random_subset(np.arange(6.0)[:, None], 2, key),
+    _flow_draws,
+    lambda key: agp.contrib.bayesian.BayesianMLP(
+        np.ones((4, 2)), np.array([0, 1, 0, 1]), hidden=(3,)).init(key),
+], ids=["kmeans", "random_subset", "flow_sample", "mlp_init"])
+@pytest.mark.parametrize("key, error", [(0, TypeError), (None, TypeError),
+                                        (np.zeros(3, np.uint32), ValueError)])
+def test_every_key_argument_is_checked(call, key, error):
+    """A seed, None or a raw key of the wrong shape is named, not passed on to JAX; a typed
+    key works."""
+    with pytest.raises(error, match="key"):
+        call(key)
+    assert np.all(np.isfinite(np.asarray(jax.tree.leaves(call(jax.random.key(1)))[0])))

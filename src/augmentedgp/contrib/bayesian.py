@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, Shaped
 
-from augmentedgp.core.validation import check_X
+from augmentedgp.core.validation import check_key, check_X
 from augmentedgp.inference.flow import Target, VariationalGaussian
 
 
@@ -123,7 +123,7 @@ class BayesianMLP(Target):
     def init(self, key: PRNGKeyArray) -> list[tuple[Float[Array, "a b"], Float[Array, " b"]]]:
         """Starting weights [(W1, b1), ...], W ~ N(0, 1 / fan_in), b = 0."""
         out = []
-        for k, (a, b) in zip(jax.random.split(key, len(self.sizes) - 1),
+        for k, (a, b) in zip(jax.random.split(check_key(key), len(self.sizes) - 1),
                              zip(self.sizes[:-1], self.sizes[1:], strict=True), strict=True):
             out.append((jax.random.normal(k, (a, b)) / math.sqrt(a), jnp.zeros(b)))
         return out

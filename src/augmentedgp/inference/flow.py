@@ -55,7 +55,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimizer, run_steps
 from augmentedgp.core.params import log_prior, partition_trainable
-from augmentedgp.core.validation import check_int
+from augmentedgp.core.validation import check_int, check_key
 
 _LOG2PI = math.log(2 * math.pi)
 _LOG2PIE = _LOG2PI + 1.0
@@ -144,7 +144,8 @@ class VariationalGaussian(eqx.Module):
     def sample(self, key: PRNGKeyArray, n: int = 1) -> Float[Array, "n D"]:
         """(n, D) draws x = mean + sd * e + factor xi (eq. 16 with scalar xi per particle:
         ``factor`` is a square root of C, not a Cholesky factor)."""
-        k1, k2 = jax.random.split(key)
+        k1, k2 = jax.random.split(check_key(key))
+        n = check_int(n, "n")
         x = self.mean + jax.random.normal(k1, (n, self.factor.shape[1])) @ self.factor.T
         if self.sd is not None:
             x = x + self.sd * jax.random.normal(k2, (n, self.dim))

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray
 
-from augmentedgp.core.validation import check_int, check_X
+from augmentedgp.core.validation import check_int, check_key, check_X
 from augmentedgp.kernels.covariance import Kernel
 
 __all__ = ["random_subset", "kmeans", "greedy_variance", "oips"]
@@ -55,7 +55,7 @@ def _sqdist(X, C):
 def random_subset(X: Float[ArrayLike, "n d"], M: int, key: PRNGKeyArray
                   ) -> Float[np.ndarray, "M d"]:
     """M distinct rows of X (distinct values: duplicates count once), chosen uniformly."""
-    X = check_X(X)
+    X, key = check_X(X), check_key(key)
     distinct = _check_M(M, X)
     pick = np.asarray(jax.random.permutation(key, len(distinct)))[: int(M)]
     return X[distinct[pick]].copy()
@@ -70,7 +70,7 @@ def kmeans(X: Float[ArrayLike, "n d"], M: int, key: PRNGKeyArray, n_iter: int = 
     resulting potential, of ``n_local_trials`` D^2-sampled candidates (default
     2 + floor(ln M); 1 gives plain k-means++). The best of ``n_init`` runs is returned.
     """
-    X = check_X(X)
+    X, key = check_X(X), check_key(key)
     _check_M(M, X)
     for name, v, lo in (("n_iter", n_iter, 0), ("n_init", n_init, 1),
                         ("n_local_trials", n_local_trials, 1)):
