@@ -403,3 +403,14 @@ def test_regression_score_on_one_row_is_refused(fitted, name):
 def test_bad_settings_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         GPRegressor(max_iter=2, **kwargs).fit(X2, _y_for("GPRegressor"))
+
+
+def test_student_t_with_df_at_most_2_has_no_std_but_has_intervals():
+    est = GPRegressor("student_t", df=1.5, max_iter=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X2, _y_for("GPRegressor"))
+    with pytest.raises(ValueError, match="df = 1.5"):
+        est.predict(X2[:3], return_std=True)
+    lower, upper = est.predict_interval(X2[:3], level=0.9)
+    assert np.all(np.isfinite(lower)) and np.all(upper > lower)
