@@ -147,3 +147,15 @@ def check_key(key: object, name: str = "key", allow_none: bool = False):
         raise ValueError(f"{name} must be a single PRNG key: a raw key has shape (2,), got "
                          f"shape {tuple(key.shape)} ({hint})")
     return key
+
+
+def require_finite(what: str, *values):
+    """``values`` as they are if finite or traced (under jit nothing can be raised: callers
+    such as ``models.sites.check_moments`` check there); otherwise a ValueError saying that
+    ``what`` exceeds float64."""
+    if any(isinstance(v, jax.core.Tracer) for v in values):
+        return values if len(values) > 1 else values[0]
+    if not all(np.all(np.isfinite(np.asarray(v))) for v in values):
+        raise ValueError(f"{what} exceeds float64 (its true value overflows, not a numerical "
+                         "failure); rescale the targets or shrink the latent mean / variance")
+    return values if len(values) > 1 else values[0]

@@ -7,12 +7,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import log_ndtr, ndtr
+from jax.scipy.special import log_ndtr, logsumexp, ndtr
 
 import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussian
-from augmentedgp.core.quadrature import gauss_hermite
+from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
 from augmentedgp.core.validation import check_binary
 from augmentedgp.likelihoods.base import Likelihood
 
@@ -46,6 +46,10 @@ class Bernoulli(Likelihood):
         return p * (1.0 - p)
 
     def predictive_log_prob(self, y, mean, var):
+        """log p(y | data), elementwise. This default takes the log of p(y = +1) or of
+        1 - p(y = +1) and underflows to -inf once that probability is below 1e-308;
+        the subclasses here compute it in log space (finite for every finite mean and
+        variance)."""
         p = self.predict_proba(mean, var)
         return jnp.log(jnp.where(y > 0, p, 1.0 - p))
 
@@ -83,13 +87,51 @@ class Logistic(Bernoulli, PolyaGamma):
         """
         mean, var = jnp.asarray(mean), jnp.asarray(var)
         small = gauss_hermite(jax.nn.sigmoid, mean, var, 64)
+        return jnp.where(var < 3.0, small, self._proba_laguerre(mean, var))
+
+    @staticmethod
+    def _proba_laguerre(mean, var):
+        """``predict_proba``'s large-variance form (Gauss-Laguerre)."""
         x, w = base.laguerre_nodes()
         v = jnp.maximum(var, 1e-12)[..., None]
         m = mean[..., None]
         dens = lambda t: jnp.exp(-0.5 * (t - m) ** 2 / v) / jnp.sqrt(2.0 * math.pi * v)
-        large = ndtr(mean / jnp.sqrt(jnp.maximum(var, 1e-12))) + jnp.sum(
+        return ndtr(mean / jnp.sqrt(jnp.maximum(var, 1e-12))) + jnp.sum(
             w * jax.nn.sigmoid(x) * (dens(-x) - dens(x)), axis=-1)
-        return jnp.where(var < 3.0, small, large)
+
+    def predictive_log_prob(self, y, mean, var):
+        """log int sigmoid(y f) N(f | m, v) df in log space, finite for any finite m, v.
+        With a = y m (y f ~ N(a, v)) and P(a, v) = E sigmoid(f), f ~ N(a, v):
+
+        - v < 3: Gauss-Hermite in log space (logsumexp of log sigmoid over 100 nodes);
+        - a > 0: log P(a, v) >= log(1/2), no underflow;
+        - a + v <= 0: the exponential tilt sigmoid(f) = e^f sigmoid(-f),
+          e^f N(f | a, v) = e^{a + v/2} N(f | a + v, v), gives
+          log P(a, v) = a + v/2 + log P(-(a + v), v), the last factor >= 1/2;
+        - otherwise: P = Phi(a / sqrt v) + int_0^inf e^{-x} sigmoid(x) N(-x | a, v)
+          (1 - e^{2 a x / v}) dx (``predict_proba``'s split, every term positive for
+          a <= 0), a logaddexp of log_ndtr and a Gauss-Laguerre logsumexp.
+        """
+        y = jnp.where(jnp.asarray(y) > 0, 1.0, -1.0)  # as the default: {0, 1} labels too
+        y, mean, var = jnp.broadcast_arrays(y, jnp.asarray(mean, float), jnp.asarray(var, float))
+        a = y * mean
+        small = log_gauss_hermite(jax.nn.log_sigmoid, a, var, 100)
+        big = var >= 3.0
+        v = jnp.where(big, var, 3.0)  # double-where: the unused branches stay finite
+        pos = a > 0.0
+        tilt = -(a + v) >= 0.0
+        # one Laguerre pass for both: P(a, v) where a > 0, P(-(a + v), v) for the tilt
+        log_big = jnp.log(self._proba_laguerre(jnp.where(pos, a, jnp.where(tilt, -(a + v), 0.0)),
+                                               v))
+        up, flip = log_big, a + 0.5 * v + log_big
+        x, w = base.laguerre_nodes()
+        an = jnp.where(pos | tilt, -1.0, a)[..., None]
+        vv = v[..., None]
+        log_terms = (jnp.log(w) + jax.nn.log_sigmoid(x) - 0.5 * (x + an) ** 2 / vv
+                     - 0.5 * jnp.log(2.0 * math.pi * vv) + jnp.log(-jnp.expm1(2.0 * an * x / vv)))
+        split = jnp.logaddexp(log_ndtr(an[..., 0] / jnp.sqrt(v)), logsumexp(log_terms, axis=-1))
+        large = jnp.where(pos, up, jnp.where(tilt, flip, split))
+        return jnp.where(big, large, small)
 
 
 class Probit(Bernoulli):
@@ -112,6 +154,11 @@ class Probit(Bernoulli):
 
     def predict_proba(self, mean, var):
         return ndtr(mean / jnp.sqrt(1.0 + var))  # int Phi(f) N(f|m,v) df = Phi(m / sqrt(1+v))
+
+    def predictive_log_prob(self, y, mean, var):
+        """log Phi(y m / sqrt(1 + v)) (log_ndtr: finite for any finite m, v)."""
+        y = jnp.where(jnp.asarray(y) > 0, 1.0, -1.0)  # as the default: {0, 1} labels too
+        return log_ndtr(y * mean / jnp.sqrt(1.0 + var))
 
 
 class BayesianSVM(Bernoulli, ScaleMixture):
@@ -147,6 +194,17 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
         return base.kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
+
+    def predictive_log_prob(self, y, mean, var):
+        """log int p(y | f) N(f | mean, var) df, p(y | f) = sigmoid(y (log L(+1 | f) -
+        log L(-1 | f))), by ``kinked_expectation`` in log space (logsumexp: finite for any
+        finite mean and variance, where the log of ``predict_proba`` underflowed)."""
+        y = jnp.where(jnp.asarray(y) > 0, 1.0, -1.0)  # as the default: {0, 1} labels too
+        y, mean, var = jnp.broadcast_arrays(y, jnp.asarray(mean, float), jnp.asarray(var, float))
+        kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
+        yy = y[..., None, None]
+        log_p = lambda f: jax.nn.log_sigmoid(yy * (self.log_prob(1.0, f) - self.log_prob(-1.0, f)))
+        return base.kinked_expectation(log_p, mean, var, kinks, 20, log=True)
 
     def super_gaussian(self, y):
         return SuperGaussian(-1.0, y, 1.0, -y)

@@ -12,7 +12,11 @@ from jax.scipy.special import xlogy
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
+from augmentedgp.core.quadrature import (
+    adaptive_log_gauss_hermite,
+    gauss_hermite,
+    log_gauss_hermite,
+)
 from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
 
 _LOG_2 = math.log(2.0)
@@ -45,12 +49,21 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
     on y, and g: beta = (1/2 - E n) / 2, gamma = (1/2 + E n) tanh(c/2) / (2c) with
     E n = precision E psi / 2 ([Galy-Fajou2022, Algorithm 3], corrected: no square roots,
     and the minus sign in the g potential).
+
+    ``precision``: a positive scalar (a ValueError naming it otherwise). Overflow rule: a
+    returned quantity whose true value is a float64 number comes out finite
+    (``predictive_log_prob`` works with log(noise variance) = softplus(-g) - log precision,
+    never the variance itself); the one that can truly exceed float64 is the predictive
+    variance of ``predict_y``, E[1 / (precision sigmoid(g))] = (1 + e^{-m_g + v_g / 2}) /
+    precision, beyond float64 once v_g / 2 - m_g exceeds ~709 (e.g. latent variance 1e6): a
+    call on concrete values then raises a ValueError saying so (under jit the value is inf,
+    which the models' ``predict_y`` checks).
     """
 
     precision: Parameter
 
     def __init__(self, precision=1.0):
-        self.precision = positive(precision, "noise precision")
+        self.precision = positive(precision, "noise precision", max_ndim=0)
 
     @property
     def num_latent(self) -> int:
@@ -87,18 +100,49 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         """Mean and variance of y: E f and V f + E[1 / (precision sigmoid(g))], the latter
         (1 + e^{-m_g + v_g / 2}) / precision in closed form (``n`` is not used)."""
         mf, vf, mg, vg = self._split(mean, var)
-        return mf, vf + (1.0 + jnp.exp(-mg + 0.5 * vg)) / self.precision.value
+        # log(1 + e^{-m_g + v_g/2}) = softplus(-m_g + v_g/2): inf only where the true value
+        # exceeds float64
+        noise = jnp.exp(jax.nn.softplus(-mg + 0.5 * vg) - jnp.log(self.precision.value))
+        vy = vf + noise
+        if not isinstance(vy, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(vy))):
+            worst = int(jnp.argmax(-mg + 0.5 * vg))
+            raise ValueError(
+                "HeteroscedasticGaussian predict_y: the predictive variance E[1 / (precision "
+                "sigmoid(g))] = (1 + exp(-mean_g + var_g / 2)) / precision exceeds float64 "
+                f"(noise latent mean {float(mg.ravel()[worst]):.4g}, variance "
+                f"{float(vg.ravel()[worst]):.4g}); use predict_f or predict_log_density")
+        return mf, vy
 
     def predictive_log_prob(self, y, mean, var):
-        """log int N(y | m_f, v_f + 1 / (precision sigmoid(g))) q(g) dg (Gauss-Hermite)."""
+        """log int N(y | m_f, v_f + 1 / (precision sigmoid(g))) q(g) dg: finite for any
+        finite moments. Gauss-Hermite in log space on q(g), and adaptive Gauss-Hermite
+        around the mode in g (``core.quadrature.adaptive_log_gauss_hermite``) where the residual
+        (y - m_f)^2 is far beyond the noise variance at m_g, so that the integrand's mass
+        lies many latent sds into the tail of q(g) (e.g. m_f = 1e8); the log noise variance
+        is softplus(-g) - log precision (never the variance, which overflows)."""
+        y, mean, var = jnp.asarray(y, float), jnp.asarray(mean, float), jnp.asarray(var, float)
         mf, vf, mg, vg = self._split(mean, var)
         lam = self.precision.value
+        r2 = (y - mf) ** 2
+        log_vf = jnp.log(vf)
 
-        def log_density(g):
-            v = vf[..., None] + (1.0 + jnp.exp(-g)) / lam
-            return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mf)[..., None] ** 2 / v)
+        def log_lik(g, r2=r2, log_vf=log_vf):  # in log v
+            log_v = jnp.logaddexp(log_vf, jax.nn.softplus(-g) - jnp.log(lam))
+            return -0.5 * (_LOG_2PI + log_v + r2 * jnp.exp(-log_v))
 
-        return log_gauss_hermite(log_density, mg, vg)
+        plain = log_gauss_hermite(lambda g: log_lik(g, r2[..., None], log_vf[..., None]), mg, vg)
+        # the mode in g: between m_g and g_r, where the noise variance (1 + e^{-g}) / lam
+        # equals r2 (the likelihood's maximum); above m_g by at most v_g / 2 (its slope
+        # towards small noise is below 1/2)
+        g_r = -jnp.log(jnp.maximum(lam * r2 - 1.0, 1e-300))
+        vg_ = jnp.maximum(vg, 1e-300)
+        h = lambda g: log_lik(g, r2[..., None], log_vf[..., None]) - 0.5 * (
+            _LOG_2PI + jnp.log(vg_[..., None]) + (g - mg[..., None]) ** 2 / vg_[..., None])
+        dh = lambda g: jax.grad(lambda t: jnp.sum(log_lik(t)))(g) - (g - mg) / vg_
+        adaptive = adaptive_log_gauss_hermite(h, dh, jnp.minimum(mg, g_r) - 1.0,
+                                              jnp.maximum(mg, g_r) + 0.5 * vg + 1.0)
+        far = r2 > 1e4 * (vf + (1.0 + jnp.exp(jnp.minimum(-mg, 700.0))) / lam)
+        return jnp.where(far, adaptive, plain)
 
     def aux_posterior(self, y, mean, var):
         mf, vf, mg, vg = self._split(mean, var)

@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.scipy.special import log_ndtr, logsumexp, xlogy
 
 import augmentedgp.likelihoods.base as base
@@ -17,7 +18,7 @@ from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, fixed, positive
 from augmentedgp.core.quadrature import gauss_hermite
-from augmentedgp.core.validation import check_vector
+from augmentedgp.core.validation import check_int, check_vector
 from augmentedgp.likelihoods.base import MultiLatent
 
 _LOG_2 = math.log(2.0)
@@ -46,6 +47,10 @@ class Categorical(MultiLatent):
     def check_targets(self, y, name: str = "y"):
         """Class codes 0..C-1 of the labels ``y``."""
         arr = np.asarray(y)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D array of class labels, got shape {arr.shape}")
+        if arr.size == 0:
+            raise ValueError(f"{name} must hold at least one class label, got an empty array")
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} contains NaN or inf")
         values, inverse = np.unique(arr, return_inverse=True)
@@ -78,19 +83,43 @@ class Categorical(MultiLatent):
         return p, p * (1.0 - p)
 
     def predictive_log_prob(self, y, mean, var):
+        """log p(y | data) per point: the log of ``predict_proba`` at the label (subclasses
+        with a log-space form override this: finite where that probability underflows)."""
         p = self.predict_proba(mean, var)
         return jnp.log(jnp.take_along_axis(p, jnp.asarray(y)[:, None], axis=1)[:, 0])
 
 
+def _row_log_expectation(log_fn, y, mean, var, n_samples: int):
+    """log E[exp(log_fn(f_i, y_i))] for f_i ~ N(mean_i, diag var_i), per row i, over the
+    quasi-Monte Carlo points of ``base.mc_expectation`` (the same points: the log of that
+    estimate) with logsumexp, so no underflow where the expectation is below 1e-308.
+    ``log_fn`` maps (S, C) latent vectors and a label to (S,)."""
+    eps = jnp.asarray(base.qmc_normal(n_samples, mean.shape[-1]), mean.dtype)
+    row = lambda a: logsumexp(log_fn(a[1] + jnp.sqrt(a[2]) * eps, a[0]), axis=0)
+    return lax.map(row, (y, mean, var), batch_size=32) - math.log(n_samples)
+
+
+_MAX_CLASSES = 100_000  # one latent GP per class: beyond this no model fits in memory
+
+
 def _class_tuple(classes) -> tuple:
-    if isinstance(classes, int | np.integer) and not isinstance(classes, bool):
-        labels = list(range(int(classes)))
+    if isinstance(classes, bool | np.bool_):
+        raise ValueError(f"classes must be the number of classes or a 1-D sequence of labels, "
+                         f"got {classes!r}")
+    if isinstance(classes, int | np.integer):
+        count = check_int(classes, "classes", low=2)
+        if count > _MAX_CLASSES:
+            raise ValueError(f"classes must be at most {_MAX_CLASSES} (one latent function per "
+                             f"class), got {classes}")
+        labels = list(range(count))
     else:
         arr = np.asarray(classes)
         if arr.ndim != 1:
             raise ValueError("classes must be the number of classes or a 1-D sequence of "
                              f"labels, got {classes!r}")
         labels = arr.tolist()
+        if len(labels) > _MAX_CLASSES:
+            raise ValueError(f"classes must hold at most {_MAX_CLASSES} labels, got {len(labels)}")
         if len(set(labels)) != len(labels):
             raise ValueError(f"classes has repeated labels: {labels}")
     if len(labels) < 2:
@@ -154,6 +183,13 @@ class LogisticSoftmax(Categorical, Augmented):
     def predict_proba(self, mean, var):
         return base.mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
                                self.predict_samples)
+
+    def predictive_log_prob(self, y, mean, var):
+        """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
+        computed in log space (finite where p(y | data) underflows)."""
+        y = jnp.asarray(y)
+        log_fn = lambda F, k: self._log_probs(F)[..., k]
+        return _row_log_expectation(log_fn, y, mean, var, self.predict_samples)
 
     def aux_posterior(self, y, mean, var):
         c2 = mean**2 + var
@@ -230,6 +266,13 @@ class Softmax(Categorical):
     def predict_proba(self, mean, var):
         return base.mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
                                self.predict_samples)
+
+    def predictive_log_prob(self, y, mean, var):
+        """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
+        computed in log space with log_softmax (finite where p(y | data) underflows)."""
+        y = jnp.asarray(y)
+        log_fn = lambda F, k: jax.nn.log_softmax(F, -1)[..., k]
+        return _row_log_expectation(log_fn, y, mean, var, self.predict_samples)
 
 
 class RobustMax(Categorical):

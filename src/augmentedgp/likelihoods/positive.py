@@ -6,14 +6,15 @@ import math
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.stats
 import numpy as np
 from jax.scipy.special import gammaln
 
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.validation import check_finite
+from augmentedgp.core.quadrature import adaptive_log_gauss_hermite
+from augmentedgp.core.validation import check_finite, require_finite
 from augmentedgp.likelihoods.base import Likelihood
 
-_LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
@@ -26,13 +27,22 @@ def _inside(y, name, lo, hi, what):
 
 
 class Gamma(Likelihood):
-    """y ~ Gamma(shape, rate = shape e^{-f}): positive y with mean e^f, variance e^{2f}/shape."""
+    """y ~ Gamma(shape, rate = shape e^{-f}): positive y with mean e^f, variance e^{2f}/shape.
+
+    ``shape``: a positive scalar (a ValueError naming it otherwise). Overflow rule: every
+    returned quantity whose true value is a float64 number comes out finite
+    (``predictive_log_prob`` by adaptive Gauss-Hermite in log space, the moments in log
+    space); where the true value itself exceeds float64 -- E[y] = e^{m + v/2} or
+    E[e^{-f}] in ``variational_expectations`` with m + v/2 or v/2 - m above ~709 -- a call on
+    concrete values raises a ValueError saying what overflowed (under jit the value is inf:
+    ``predict_y`` of the models checks it).
+    """
 
     support = "positive"
     shape: Parameter
 
     def __init__(self, shape=1.0):
-        self.shape = positive(shape, "gamma shape")
+        self.shape = positive(shape, "gamma shape", max_ndim=0)
 
     def check_targets(self, y, name: str = "y"):
         return _inside(y, name, 0.0, np.inf, "strictly positive for a Gamma likelihood")
@@ -53,8 +63,27 @@ class Gamma(Likelihood):
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         k = self.shape.value
         # E[e^{-f}] = exp(-m + v/2)
-        return (k * (jnp.log(k) - mean) - gammaln(k) + (k - 1.0) * jnp.log(y)
-                - k * y * jnp.exp(-mean + 0.5 * var))
+        value = (k * (jnp.log(k) - mean) - gammaln(k) + (k - 1.0) * jnp.log(y)
+                 - k * y * jnp.exp(-mean + 0.5 * var))
+        return require_finite("Gamma variational_expectations: shape * y * E[e^{-f}] = "
+                               "shape * y * exp(-mean + var / 2)", value)
+
+    def predictive_log_prob(self, y, mean, var):
+        """log int Gamma(y | shape, shape e^{-f}) N(f | mean, var) df by adaptive
+        Gauss-Hermite in log space around the mode of the (log-concave) integrand, which
+        lies between the latent mean and log y: finite for any finite mean and variance."""
+        k = self.shape.value
+        y, mean, var = jnp.broadcast_arrays(jnp.asarray(y, float), jnp.asarray(mean, float),
+                                            jnp.asarray(var, float))
+        v = jnp.maximum(var, 1e-300)
+        yy, m, vv = y[..., None], mean[..., None], v[..., None]
+        h = lambda f: self.log_prob(yy, f) + jax.scipy.stats.norm.logpdf(f, m, jnp.sqrt(vv))
+        dh = lambda f: k * (y * jnp.exp(-f) - 1.0) - (f - mean) / v
+        log_y = jnp.log(y)
+        # 200 nodes: ~1e-11 relative also where the prior is flat (var 1e6) and the
+        # integrand has the skewed log-gamma shape (100 nodes: ~1e-8)
+        return adaptive_log_gauss_hermite(h, dh, jnp.minimum(mean, log_y),
+                                          jnp.maximum(mean, log_y), 200)
 
     def conditional_mean(self, f):
         return jnp.exp(f)
@@ -63,20 +92,29 @@ class Gamma(Likelihood):
         return jnp.exp(2.0 * f) / self.shape.value
 
     def predict_y(self, mean, var, n: int | None = None):
-        # E[y] = e^{m + v/2}; E[y^2] = (1 + 1/k) e^{2m + 2v}
+        # E[y] = e^{m + v/2}; E[y^2] = (1 + 1/k) e^{2m + 2v}, so, in log space,
+        # Var[y] = e^{2m + 2v} (1 + 1/k - e^{-v})
         ey = jnp.exp(mean + 0.5 * var)
-        return ey, ey**2 * (jnp.exp(var) * (1.0 + 1.0 / self.shape.value) - 1.0)
+        vy = jnp.exp(2.0 * (mean + var) + jnp.log1p(1.0 / self.shape.value - jnp.exp(-var)))
+        return require_finite("Gamma predict_y: the predictive mean e^{mean + var/2} or "
+                               "variance e^{2 mean + 2 var} (1 + 1/shape - e^{-var})", ey, vy)
 
 
 class Beta(Likelihood):
     """y ~ Beta(mu precision, (1 - mu) precision), mu = sigmoid(f): y in (0, 1) with mean mu,
-    variance mu (1 - mu) / (1 + precision)."""
+    variance mu (1 - mu) / (1 + precision).
+
+    ``precision``: a positive scalar (a ValueError naming it otherwise). Every returned
+    quantity is finite for finite latent moments: log p(y | f) is computed with log Gamma(a)
+    = log Gamma(1 + a) - log a and log a = log precision + log sigmoid(f), so it stays finite
+    where a = precision sigmoid(f) underflows (|f| > ~745).
+    """
 
     support = "unit"
     precision: Parameter
 
     def __init__(self, precision=10.0):
-        self.precision = positive(precision, "beta precision")
+        self.precision = positive(precision, "beta precision", max_ndim=0)
 
     def check_targets(self, y, name: str = "y"):
         return _inside(y, name, 0.0, 1.0, "inside (0, 1) for a Beta likelihood")
@@ -84,7 +122,12 @@ class Beta(Likelihood):
     def log_prob(self, y, f):
         phi = self.precision.value
         a, b = phi * jax.nn.sigmoid(f), phi * jax.nn.sigmoid(-f)  # 1 - sigmoid(f) = sigmoid(-f)
-        return (gammaln(phi) - gammaln(a) - gammaln(b) + (a - 1.0) * jnp.log(y)
+        # log Gamma(a) = log Gamma(1 + a) - log a, log a = log phi + log sigmoid(f): finite
+        # where a underflows to 0 (|f| > ~745), where gammaln(a) was inf
+        log_phi = jnp.log(phi)
+        lg_a = gammaln(1.0 + a) - log_phi - jax.nn.log_sigmoid(f)
+        lg_b = gammaln(1.0 + b) - log_phi - jax.nn.log_sigmoid(-f)
+        return (gammaln(phi) - lg_a - lg_b + (a - 1.0) * jnp.log(y)
                 + (b - 1.0) * jnp.log1p(-y))
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
