@@ -3,8 +3,9 @@
 Gradient optimisers (optax) run jitted steps inside ``lax.scan`` chunks; between chunks
 the loop records history, checks convergence and non-finite values, reports progress
 and calls callbacks. ``"lbfgs"`` drives scipy's L-BFGS-B with jitted JAX gradients.
-A step that makes the objective non-finite never loses work: the loop stops and returns
-the last finite state, with the reason in ``History.message``.
+A step that makes the objective or the parameters non-finite never loses work: the loop
+stops and returns the last finite state, with the reason in ``History.message`` and a
+``RuntimeWarning`` naming the iteration.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import scipy.optimize
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from augmentedgp.core.params import partition_trainable
+from augmentedgp.core.params import is_parameter, partition_trainable
 from augmentedgp.core.validation import check_int
 
 
@@ -75,8 +76,7 @@ def minimize(
     GradientTransformation. ``callback(iteration, objective, model)`` runs between chunks
     (every L-BFGS iteration) and may return True to stop.
     """
-    if max_iter < 0:
-        raise ValueError(f"max_iter must be >= 0, got {max_iter}")
+    max_iter = check_int(max_iter, "max_iter", low=0)
     params, static = partition_trainable(model)
     if not jax.tree_util.tree_leaves(params) or max_iter == 0:
         value = float(_value(params, static, loss, args))
@@ -100,7 +100,8 @@ def optax_optimizer(optimizer, learning_rate):
                              f"got {optimizer!r}")
         return _adam(learning_rate)
     if not isinstance(optimizer, optax.GradientTransformation):
-        raise ValueError(f"optimizer must be 'adam' or an optax transformation, got {optimizer!r}")
+        raise TypeError("optimizer must be 'adam' or an optax GradientTransformation, got "
+                        f"{type(optimizer).__name__} {optimizer!r}")
     return optimizer
 
 
@@ -186,9 +187,53 @@ def pad_rows(X, y):
     return jnp.asarray(X[index]), jnp.asarray(y[index]), jnp.asarray(weights)
 
 
+def finite_as(tree, ref) -> jax.Array:
+    """True unless an inexact entry of ``tree`` is non-finite where the same entry of
+    ``ref`` (a pytree of the same structure) is finite: a parameter became NaN or inf. An
+    optimizer's state may hold infinities of its own (a best value so far), which stay."""
+    ok = jnp.array(True)
+    for a, b in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(ref),
+                    strict=True):
+        if eqx.is_inexact_array(a):
+            ok = ok & jnp.all(jnp.isfinite(a) | ~jnp.isfinite(b))
+    return ok
+
+
+_finite_as = eqx.filter_jit(finite_as)
+
+
 @eqx.filter_jit
 def _run_chunk(step, carry, args, length):
-    return lax.scan(lambda c, _: step(c, args), carry, None, length=length)
+    def body(c, _):  # the objective of a state whose entries became non-finite reads NaN
+        new, (value, rho) = step(c, args)
+        return new, (jnp.where(finite_as(c, carry), value, jnp.nan), rho)
+
+    return lax.scan(body, carry, None, length=length)
+
+
+def describe(model, limit: int = 6) -> str:
+    """The model's type and its first ``limit`` trainable hyperparameters with their
+    values, e.g. ``"GP (kernel.lengthscale = 1e-300, kernel.variance = 1e-300)"``, for
+    error messages."""
+    flat = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_parameter)[0]
+    items = []
+    for path, p in flat:
+        if not (is_parameter(p) and p.trainable):
+            continue
+        value = np.asarray(p.value)
+        text = (f"{float(value):.6g}" if value.size == 1 else
+                f"array of shape {value.shape} in [{np.min(value):.3g}, {np.max(value):.3g}]")
+        items.append(f"{jax.tree_util.keystr(path).lstrip('.')} = {text}")
+    more = f", ... ({len(items) - limit} more)" if len(items) > limit else ""
+    listing = ", ".join(items[:limit]) + more
+    return f"{type(model).__name__} ({listing or 'no trainable hyperparameters'})"
+
+
+def _not_finite_at_start(model) -> ValueError:
+    return ValueError(
+        f"model: the objective (or its gradient) is not finite at the initial hyperparameters "
+        f"of {describe(model)}; check the data (standardise X and y) and the initial "
+        "hyperparameters (a lengthscale, variance or noise far from the data's scale)")
 
 
 def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int, tol: float,
@@ -211,6 +256,7 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     those three lists continues a run that stopped there: it then ends as the uninterrupted
     run would (same chunk boundaries, same convergence test).
     """
+    max_iter = check_int(max_iter, "max_iter", low=0)
     chunk_size, window, patience = (check_int(v, name) for v, name in (
         (chunk_size, "chunk_size"), (window, "window"), (patience, "patience")))
     run_chunk = _run_chunk if runner is None else runner
@@ -226,21 +272,24 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
         new_carry, (chunk, rho) = run_chunk(step, carry, args, length)
         chunk = np.asarray(chunk)
         bad = ~np.isfinite(chunk)
+        if not bad.any() and not bool(_finite_as(new_carry, carry)):
+            bad = np.append(bad, True)  # the chunk's last update made a parameter non-finite
         if bad.any():  # keep the last finite state, never return NaN parameters
-            # chunk[j] is the objective *before* update j, so the state after k - 1 updates
-            # is the last one with a finite objective
+            # chunk[j] is the objective *before* update j (NaN where that state has a
+            # non-finite entry), so the state after k - 1 updates is the last finite one
             k = int(np.argmax(bad))
             if k == 0 and not values:
-                raise ValueError("the objective is not finite at the initial parameters; check "
-                                 "the data and the initial hyperparameters")
-            message = f"stopped: objective became non-finite at iteration {len(values) + k}"
+                raise _not_finite_at_start(to_model(carry))
+            message = ("stopped: the objective or the parameters became non-finite at "
+                       f"iteration {len(values) + k}")
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
             if k > 1:
                 carry, _ = run_chunk(step, carry, args, k - 1)
             elif k == 0:  # this chunk's start came from the previous chunk's last update
                 if prev is None:
-                    raise ValueError("the objective is not finite at the resumed state")
+                    raise ValueError("resume: the objective is not finite at the resumed "
+                                     "state")
                 prev_carry, prev_length = prev
                 carry = (prev_carry if prev_length == 1
                          else run_chunk(step, prev_carry, args, prev_length - 1)[0])
@@ -327,8 +376,7 @@ def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose
 
     f0, _ = fun(best["x"])
     if not np.isfinite(f0):
-        raise ValueError("the objective is not finite at the initial parameters; check the data "
-                         "and the initial hyperparameters")
+        raise _not_finite_at_start(eqx.combine(params, static))
     try:
         res = scipy.optimize.minimize(fun, best["x"], jac=True, method="L-BFGS-B",
                                       callback=on_iter,

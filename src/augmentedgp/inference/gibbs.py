@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import equinox as eqx
 import jax
@@ -60,7 +61,7 @@ from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
-from augmentedgp.core.validation import check_int
+from augmentedgp.core.validation import check_int, check_key, check_positive
 from augmentedgp.models.mcgp import MCGP, FullPrior, MCPosterior, SparsePrior
 from augmentedgp.variational.families import map_latents
 
@@ -82,7 +83,7 @@ class GibbsSampling(eqx.Module):
     rho < 0 (more effective samples per sweep, see ``benchmarks/gibbs.py``). Full sampler
     only, and not for likelihoods whose latents are swept in turn (heteroscedastic)."""
 
-    n_samples: int = eqx.field(static=True, default=1000)
+    n_samples: int = eqx.field(static=True, default=1000)  # each count at most MAX_COUNT
     n_chains: int = eqx.field(static=True, default=4)
     burn_in: int = eqx.field(static=True, default=200)
     thin: int = eqx.field(static=True, default=1)
@@ -95,12 +96,27 @@ class GibbsSampling(eqx.Module):
         for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
                           ("hyper_every", 0)):
             # static: a plain int (6.0, np.int64(6))
-            object.__setattr__(self, name, check_int(getattr(self, name), name, low))
-        if not (math.isfinite(self.hyper_step) and self.hyper_step > 0):
-            raise ValueError(f"hyper_step must be > 0, got {self.hyper_step!r}")
-        if not -1.0 < self.overrelax < 1.0:
-            raise ValueError(f"overrelax must be in (-1, 1), got {self.overrelax!r}")
-        object.__setattr__(self, "overrelax", float(self.overrelax))
+            value = check_int(getattr(self, name), name, low)
+            if value > MAX_COUNT:
+                raise ValueError(f"{name} must be at most {MAX_COUNT}, got {value}")
+            object.__setattr__(self, name, value)
+        if self.n_samples * self.n_chains > MAX_DRAWS:
+            raise ValueError(f"n_samples * n_chains = {self.n_samples * self.n_chains} draws "
+                             f"exceed {MAX_DRAWS} values (they are kept in memory)")
+        if not isinstance(self.store_aux, bool | np.bool_):
+            raise TypeError(f"store_aux must be True or False, got {self.store_aux!r}")
+        object.__setattr__(self, "store_aux", bool(self.store_aux))
+        object.__setattr__(self, "hyper_step", check_positive(self.hyper_step, "hyper_step"))
+        rho = self.overrelax  # a real scalar (a number or a 0-d array)
+        arr = None if isinstance(rho, bool | np.bool_ | str | bytes) else np.asarray(rho)
+        if (arr is None or arr.dtype.kind not in "iuf" or arr.ndim != 0
+                or not -1.0 < float(arr) < 1.0):  # NaN fails the comparison
+            raise ValueError(f"overrelax must be a real number in (-1, 1), got {rho!r}")
+        object.__setattr__(self, "overrelax", float(arr))
+
+
+MAX_COUNT = 2**31 - 1  # n_samples, n_chains, burn_in, thin: 32-bit loop counters
+MAX_DRAWS = 2**31  # values of f kept in all (n_chains * n_samples * n * latents, float64)
 
 
 def _per_chain(fn):
@@ -348,7 +364,15 @@ def sample(model: MCGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
             raise ValueError(f"hyperparameter moves need a prior on every trainable parameter "
                              f"({len(missing)} have none): give one with params.with_prior "
                              "or fix the parameter with params.fixed")
+    key = check_key(key, "key", allow_none=True)
+    if not isinstance(verbose, bool | np.bool_ | numbers.Integral):
+        raise TypeError(f"verbose must be a bool, got {type(verbose).__name__} {verbose!r}")
     X, y = model.validate_data(X, y)
+    size = inference.n_chains * inference.n_samples * X.shape[0] * model.num_latent
+    if size > MAX_DRAWS:
+        raise ValueError(f"inference: n_chains * n_samples * n * latents = {size} values of f "
+                         f"exceed {MAX_DRAWS} (8 bytes each, kept in memory, twice with the "
+                         "whitened draws): lower n_samples or n_chains, or thin the chains")
     key = jax.random.PRNGKey(0) if key is None else key
     s = inference
     update = progress(verbose, s.n_chains * (s.burn_in + s.n_samples * s.thin), "Gibbs sampling")

@@ -7,6 +7,7 @@ natural-gradient step consumes.
 from __future__ import annotations
 
 import equinox as eqx
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
@@ -40,6 +41,13 @@ class VariationalInference(eqx.Module):
         self.batch_size = check_int(batch_size, "batch_size")
 
 
+def _check_natural(natural) -> bool:
+    if not isinstance(natural, bool | np.bool_):
+        raise TypeError(f"natural must be True or False, got {type(natural).__name__} "
+                        f"{natural!r}")
+    return bool(natural)
+
+
 class QuadratureVI(VariationalInference):
     """Variational inference for SVGP and VGP on the full batch, with one-dimensional
     Gauss-Hermite expectations of log p(y|f) (``n_points`` nodes).
@@ -54,10 +62,9 @@ class QuadratureVI(VariationalInference):
     n_points: int = eqx.field(static=True, default=20)
 
     def __init__(self, step_size=1.0, *, natural: bool = True, n_points: int = 20):
-        self.step_size, self.natural, self.n_points = as_schedule(step_size), natural, n_points
+        self.step_size, self.natural = as_schedule(step_size), _check_natural(natural)
+        self.n_points = check_int(n_points, "n_points")
         self.batch_size = None
-        if n_points < 1:
-            raise ValueError(f"n_points must be >= 1, got {n_points}")
 
     def expectations(self, likelihood: Likelihood, y: Shaped[Array, " n"],
                      mean: Float[Array, " n *C"], var: Float[Array, " n *C"],

@@ -11,16 +11,19 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
 from augmentedgp.core.params import Identity, is_parameter, log_prior
-from augmentedgp.core.validation import check_int
+from augmentedgp.core.validation import check_int, check_key, check_positive
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference
@@ -38,6 +41,63 @@ from augmentedgp.training.step import (
 from augmentedgp.variational.families import QPosterior
 
 COLLAPSED_LBFGS_ITER = 50  # L-BFGS iterations per round of collapsed augmented VI
+OPTIMIZERS = ("lbfgs", "l-bfgs", "l-bfgs-b", "adam")  # by name; or an optax transformation
+
+
+class _FitSettings(NamedTuple):
+    """The checked settings of :func:`fit` (defaults, where None, are set per model)."""
+
+    max_iter: int
+    n_restarts: int
+    patience: int
+    chunk_size: int
+    window: int
+    hyper_every: int
+    learning_rate: float | None
+    tol: float | None
+
+
+def _count(value, name):
+    """An integer >= 0 (a ValueError naming ``name`` otherwise)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return check_int(value, name, low=0)
+
+
+def _nonnegative(value, name):
+    """A finite real scalar >= 0, or None (a ValueError naming ``name`` otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number >= 0 or None, got {value!r}")
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def _check_settings(*, optimizer, max_iter, learning_rate, tol, n_restarts, key, callback,
+                    verbose, patience, chunk_size, window, hyper_every) -> _FitSettings:
+    """The settings of :func:`fit`, checked once for every model and inference: a
+    ValueError (a bad value) or TypeError (a bad type) naming the argument."""
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        if not isinstance(optimizer, str):
+            raise TypeError("optimizer must be 'lbfgs', 'adam' or an optax GradientTransformation"
+                            f", got {type(optimizer).__name__} {optimizer!r}")
+        if optimizer.lower() not in OPTIMIZERS:
+            raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax GradientTransformation"
+                             f", got {optimizer!r}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    if not isinstance(verbose, bool | np.bool_ | numbers.Integral):
+        raise TypeError(f"verbose must be a bool, got {type(verbose).__name__} {verbose!r}")
+    check_key(key, "key", allow_none=True)
+    return _FitSettings(
+        max_iter=_count(max_iter, "max_iter"), n_restarts=_count(n_restarts, "n_restarts"),
+        patience=check_int(patience, "patience"), chunk_size=check_int(chunk_size, "chunk_size"),
+        window=check_int(window, "window"), hyper_every=check_int(hyper_every, "hyper_every"),
+        learning_rate=None if learning_rate is None else check_positive(learning_rate,
+                                                                        "learning_rate"),
+        tol=_nonnegative(tol, "tol"))
 
 
 def _objective(model, inference, X, y):
@@ -86,7 +146,19 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
     ``SVGD``, see :mod:`augmentedgp.inference.flow`): the flow moves q(v) of the whitened latents
     and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
     free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
+
+    Every setting is checked first: a ValueError (a bad value) or TypeError (a bad type)
+    naming the argument. A run whose objective or parameters become non-finite stops and
+    returns the last finite state, with a ``RuntimeWarning`` and ``history.message`` naming
+    the iteration.
     """
+    s = _check_settings(
+        optimizer=optimizer, max_iter=max_iter, learning_rate=learning_rate, tol=tol,
+        n_restarts=n_restarts, key=key, callback=callback, verbose=verbose, patience=patience,
+        chunk_size=chunk_size, window=window, hyper_every=hyper_every)
+    max_iter, n_restarts, patience, learning_rate, tol = (
+        s.max_iter, s.n_restarts, s.patience, s.learning_rate, s.tol)
+    chunk_size, window, hyper_every = s.chunk_size, s.window, s.hyper_every
     if isinstance(model, SGPR) and not model.gaussian:
         if (inference is not None or optimizer is not None or n_restarts
                 or validation_data is not None or hyper_every != 1):
@@ -135,8 +207,6 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
             raise ValueError("SGPR takes no inference argument (choose method='vfe', 'dtc' "
                              "or 'fitc' when building it)")
         objective, extra = _sgpr_objective, ()
-    if n_restarts < 0:
-        raise ValueError(f"n_restarts must be >= 0, got {n_restarts}")
     if n_restarts and key is None:
         raise ValueError("n_restarts > 0 needs a jax.random key (key=jax.random.key(0))")
     Xa, ya = model.validate_data(X, y)

@@ -10,7 +10,19 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from augmentedgp.core.validation import check_int
+from augmentedgp.core.validation import check_int, check_positive
+
+
+def _unit_step(value, name: str) -> float:
+    """``value`` as a step size: a real scalar in (0, 1] (a ValueError naming ``name``)."""
+    try:
+        x = check_positive(value, name)
+    except ValueError:
+        x = None
+    if x is None or x > 1.0:
+        raise ValueError(f"{name} must be a natural-gradient step size in (0, 1] (a number) or "
+                         f"a Schedule, got {value!r}") from None
+    return x
 
 
 class Schedule(eqx.Module):
@@ -34,9 +46,7 @@ class Constant(Schedule):
     value: float = 1.0
 
     def __init__(self, value: float = 1.0):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"a natural-gradient step size must be in (0, 1], got {value}")
-        self.value = float(value)
+        self.value = _unit_step(value, "value")
 
     def __call__(self, t):
         return jnp.asarray(self.value)
@@ -51,9 +61,8 @@ class Warmup(Schedule):
     steps: int = 40
 
     def __init__(self, start: float = 1e-4, end: float = 1e-1, steps: int = 40):
-        if not (0.0 < start <= 1.0 and 0.0 < end <= 1.0) or steps < 1:
-            raise ValueError("Warmup needs 0 < start, end <= 1 and steps >= 1")
-        self.start, self.end, self.steps = float(start), float(end), int(steps)
+        self.start, self.end = _unit_step(start, "start"), _unit_step(end, "end")
+        self.steps = check_int(steps, "steps")
 
     def __call__(self, t):
         frac = jnp.minimum(t / max(self.steps - 1, 1), 1.0)
@@ -68,10 +77,12 @@ class RobbinsMonro(Schedule):
     tau: float = 1.0
 
     def __init__(self, kappa: float = 0.51, tau: float = 1.0):
-        if not 0.5 < kappa <= 1.0 or tau < 1.0:
-            raise ValueError(f"RobbinsMonro needs 0.5 < kappa <= 1 and tau >= 1, got {kappa}, "
-                             f"{tau}")
-        self.kappa, self.tau = float(kappa), float(tau)
+        kappa, tau = check_positive(kappa, "kappa"), check_positive(tau, "tau")
+        if not 0.5 < kappa <= 1.0:
+            raise ValueError(f"kappa must be in (0.5, 1] (RobbinsMonro), got {kappa}")
+        if tau < 1.0:
+            raise ValueError(f"tau must be >= 1 (RobbinsMonro), got {tau}")
+        self.kappa, self.tau = kappa, tau
 
     def __call__(self, t):
         return (t + self.tau) ** (-self.kappa)
@@ -111,9 +122,12 @@ class Adaptive(Schedule):
         return rho, (g_bar, h_bar, tau)
 
 
-def as_schedule(step_size) -> Schedule:
-    """A Schedule as is, or a constant one from a number."""
-    return step_size if isinstance(step_size, Schedule) else Constant(step_size)
+def as_schedule(step_size, name: str = "step_size") -> Schedule:
+    """A Schedule as is, or a constant one from a number in (0, 1] (a ValueError naming
+    ``name`` otherwise)."""
+    if isinstance(step_size, Schedule):
+        return step_size
+    return Constant(_unit_step(step_size, name))
 
 
 __all__ = ["Schedule", "Constant", "Warmup", "RobbinsMonro", "Adaptive", "as_schedule"]
