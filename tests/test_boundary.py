@@ -144,17 +144,22 @@ def test_laplace_refuses_kinked_likelihoods_and_other_approximations_their_scope
     X, y = np.zeros((3, 1)) + [[0.0], [1.0], [2.0]], np.array([0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match="Laplace has a kink"):
         agp.fit(agp.GP(agp.kernels.RBF(), L.Laplace()), X, y, max_iter=2)
+    with pytest.raises(ValueError, match="BayesianSVM has a kink"):
+        agp.fit(agp.GP(agp.kernels.RBF(), L.BayesianSVM()), X, np.array([1, -1, 1]),
+                max_iter=2)
     with pytest.raises(ValueError, match="EP supports the Probit likelihood, not StudentT"):
         agp.GP(agp.kernels.RBF(), L.StudentT()).log_marginal_likelihood(X, y, agp.EP())
 
 
 @pytest.mark.parametrize("lik", [L.Gaussian(0.3), L.Matern32(0.7), L.Poisson(2.0),
-                                 L.NegativeBinomial(0.4)], ids=lambda x: type(x).__name__)
+                                 L.NegativeBinomial(0.4), L.Logistic(), L.Probit(),
+                                 L.Gamma(2.0)], ids=lambda x: type(x).__name__)
 def test_likelihoods_flagged_log_concave_have_no_negative_curvature(lik):
     """``log_concave`` lets Laplace skip its negative-W branch: it must be true."""
     assert lik.log_concave
     f = np.linspace(-8.0, 8.0, 41)
-    ys = [0.0, 1.0, 7.0, 1e4] if lik.support == "counts" else [-50.0, -1.0, 0.0, 0.3, 20.0]
+    ys = {"counts": [0.0, 1.0, 7.0, 1e4], "binary": [-1.0, 1.0],
+          "positive": [1e-3, 1.0, 20.0]}.get(lik.support, [-50.0, -1.0, 0.0, 0.3, 20.0])
     for y in ys:
         h = np.asarray(lik.hess_log_prob(jnp.full(f.shape, y), jnp.asarray(f)))
         assert np.all(h <= 0.0), (y, h.max())

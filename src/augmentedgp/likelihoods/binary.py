@@ -58,6 +58,8 @@ class Logistic(Bernoulli, PolyaGamma):
     """p(y | f) = 1 / (1 + exp(-y f)) = e^{y f / 2} / (2 cosh(f / 2)); augmented with
     Polya-Gamma variables, q(w) = PG(1, c) ([Wenzel2019, Sec. 3.1])."""
 
+    log_concave = True  # d^2/df^2 log sigmoid(y f) = -sigmoid(f) sigmoid(-f)
+
     pg_method = "devroye"  # b = 1: exact
 
     def super_gaussian(self, y):
@@ -137,6 +139,8 @@ class Logistic(Bernoulli, PolyaGamma):
 class Probit(Bernoulli):
     """p(y | f) = Phi(y f)."""
 
+    log_concave = True  # log Phi is concave ([Rasmussen2006], Sec. 3.4)
+
     def log_prob(self, y, f):
         return log_ndtr(y * f)
 
@@ -168,6 +172,8 @@ class BayesianSVM(Bernoulli, ScaleMixture):
 
     L is not normalised over y; class probabilities use p(y = +1 | f) = L(+1 | f) /
     (L(+1 | f) + L(-1 | f)), averaged over f by Gauss-Hermite."""
+
+    twice_differentiable = False  # the hinge: W = 0 except at y f = 1
 
     normalised = False
 

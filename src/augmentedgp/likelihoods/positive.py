@@ -38,6 +38,8 @@ class Gamma(Likelihood):
     ``predict_y`` of the models checks it).
     """
 
+    log_concave = True  # d^2/df^2 log p = -shape y e^{-f} < 0
+
     support = "positive"
     shape: Parameter
 
