@@ -11,7 +11,7 @@ Each is run twice per device: the first call includes compilation, the second is
 steady state. Needs a GPU (``jax.devices("gpu")``); without one it says so and stops. CI
 never runs it.
 
-    python benchmarks/gpu.py                 # full sizes (8.5 minutes on one H200 host, mostly the CPU half)
+    python benchmarks/gpu.py                 # full sizes (8.5 min on one H200 host, mostly CPU)
     python benchmarks/gpu.py --quick         # small sizes, a smoke test (CPU only is fine)
 """
 

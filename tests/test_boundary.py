@@ -363,3 +363,23 @@ def test_every_key_argument_is_checked(call, key, error):
     with pytest.raises(error, match="key"):
         call(key)
     assert np.all(np.isfinite(np.asarray(jax.tree.leaves(call(jax.random.key(1)))[0])))
+
+
+@pytest.mark.parametrize("lik, r", [(L.Poisson(), None), (L.NegativeBinomial(0.7), 0.7)],
+                         ids=["Poisson", "NegativeBinomial"])
+def test_count_predictive_moments_in_log_space(lik, r):
+    """Closed forms (lognormal moments) where they are computable directly; finite where
+    the true variance is (e^{2m} underflows while e^v overflows: old form 0 * inf = NaN);
+    a ValueError where the true value exceeds float64."""
+    m, v = np.array([0.3, -2.0, 5.0]), np.array([0.0, 0.5, 3.0])
+    ey, vy = lik.predict_y(jnp.asarray(m), jnp.asarray(v))
+    k = 1.0 if r is None else r
+    ref_e = k * np.exp(m + v / 2)
+    ref_v = ref_e + ref_e**2 * (np.expm1(v) if r is None else np.exp(v) * (1 + 1 / r) - 1)
+    np.testing.assert_allclose(ey, ref_e, rtol=1e-13)
+    np.testing.assert_allclose(vy, ref_v, rtol=1e-13)
+    _, vy = lik.predict_y(jnp.array([-800.0]), jnp.array([720.0]))
+    log_extra = 2 * np.log(k) + 2 * (-800 + 360) + 720 + np.log(1 + (0 if r is None else 1 / r))
+    np.testing.assert_allclose(np.log(np.asarray(vy)), log_extra, rtol=1e-12)
+    with pytest.raises(ValueError, match="exceeds float64"):
+        lik.predict_y(jnp.zeros(2), jnp.full(2, 1e6))

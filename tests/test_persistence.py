@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -541,6 +542,34 @@ def _root_state(edit):
     return lambda path: _edit_manifest(path, lambda m: edit(m["tree"]["state"]))
 
 
+def _node(tree, dotted):
+    """The node of the field path ``dotted`` ("posterior_.model.kernel") of a tree."""
+    node = tree
+    for name in dotted.split("."):
+        node = node["fields" if "fields" in node else "state"][name]
+    return node
+
+
+def _set_field(dotted, value):
+    """A case: the field ``dotted`` of the tree replaced by ``value(manifest)`` (or
+    ``value``), the manifest resealed as an attacker would."""
+    def edit(m):
+        *parent, name = dotted.split(".")
+        node = _node(m["tree"], ".".join(parent)) if parent else m["tree"]
+        node["fields" if "fields" in node else "state"][name] = \
+            value(m) if callable(value) else value
+    return lambda path: _edit_manifest(path, edit)
+
+
+def _array_of(dotted, value):
+    """A case: the array of the field ``dotted`` rewritten with ``value`` (same shape and
+    dtype), both checksums updated, as an attacker would."""
+    def case(path):
+        key = _node(_read_manifest(path)["tree"], dotted)["__array__"]
+        _rewrite_arrays(lambda a: a.update({key: np.full_like(a[key], value)}))(path)
+    return case
+
+
 def _rewrite_arrays(edit, data=None):
     """A case: rewrite arrays.npz through ``edit(dict of arrays)`` (or replace its bytes by
     ``data(path)``), then fix the array checksum and count and reseal the manifest."""
@@ -792,6 +821,61 @@ CORRUPTIONS = {
     "duplicate-key": (_raw_manifest(lambda m, t: t.replace('"tree": {', '"tree": {"state": 1, ',
                                                            1)),
                       "'state' appears twice"),
+    # 3b. each field holds what its class declares (resealed: only the type check refuses)
+    "parameter-an-int": (_set_field("posterior_.model.kernel.lengthscale", 3),
+                         r"at tree\.posterior_\.model\.kernel\.lengthscale: RBF\.lengthscale "
+                         r"must be Parameter, the file holds int"),
+    "parameter-a-string": (_set_field("posterior_.model.likelihood.variance", "x"),
+                           r"likelihood\.variance: Gaussian\.variance must be Parameter, the "
+                           r"file holds str"),
+    "transform-an-int": (_set_field("posterior_.model.kernel.variance.transform", 0),
+                         r"kernel\.variance\.transform: Parameter\.transform must be Exp or "
+                         r"Identity or Softplus, the file holds int"),
+    "transform-a-prior": (_set_field("posterior_.model.kernel.variance.transform", {
+        "__object__": "augmentedgp.core.params:Normal", "fields": {}}),
+        r"Parameter\.transform must be .*, the file holds Normal"),
+    "raw-an-int": (_set_field("posterior_.model.kernel.variance.raw", 1),
+                   r"kernel\.variance\.raw: Parameter\.raw must be jax\.Array or "
+                   r"numpy\.ndarray, the file holds int"),
+    "raw-null": (_set_field("posterior_.model.kernel.variance.raw", None),
+                 r"Parameter\.raw must be jax\.Array or numpy\.ndarray, the file holds None"),
+    "trainable-a-string": (_set_field("posterior_.model.kernel.variance.trainable", "yes"),
+                           r"Parameter\.trainable must be bool, the file holds str"),
+    "kernel-a-likelihood": (_set_field("posterior_.model.kernel", lambda m: _node(
+        m["tree"], "posterior_.model.likelihood")),
+        r"at tree\.posterior_\.model\.kernel: GP\.kernel must be Kernel, the file holds Gaussian"),
+    "mean-a-kernel": (_set_field("posterior_.model.mean", lambda m: _node(
+        m["tree"], "posterior_.model.kernel")), r"GP\.mean must be Mean, the file holds RBF"),
+    "model-a-number": (_set_field("posterior_.model", 2.5),
+                       r"SitePosterior\.model must be Module, the file holds float"),
+    "posterior-array-a-list": (_set_field("posterior_.alpha", [1.0, 2.0]),
+                               r"SitePosterior\.alpha must be jax\.Array or numpy\.ndarray, the "
+                               r"file holds list"),
+    "history-a-string": (_set_field("history_.objective", "x"),
+                         r"History\.objective must be numpy\.ndarray, the file holds str"),
+    # 3c. a model's arrays are finite, and so are their squares (both checksums updated)
+    "raw-nan": (_array_of("posterior_.model.kernel.lengthscale.raw", np.nan),
+                r"at tree\.posterior_\.model\.kernel\.lengthscale\.raw: array 'a2' of "
+                r"arrays\.npz holds NaN, inf or a number above 1\.34e\+154"),
+    "raw-inf": (_array_of("posterior_.model.likelihood.variance.raw", -np.inf),
+                r"likelihood\.variance\.raw: array 'a4' .* holds NaN, inf"),
+    "raw-1e308": (_array_of("posterior_.model.kernel.variance.raw", 1e308),
+                  r"kernel\.variance\.raw: array 'a3' .* holds NaN, inf or a number above"),
+    "value-overflows": (_array_of("posterior_.model.kernel.variance.raw", 800.0),  # exp(800)
+                        r"at tree\.posterior_\.model\.kernel\.variance: the value Exp\(raw\) "
+                        r"of the parameter holds NaN, inf"),
+    "posterior-alpha-1e308": (_array_of("posterior_.alpha", 1e308),
+                              r"at tree\.posterior_\.alpha: array 'a9' .* holds NaN, inf or a "
+                              r"number above"),
+    "posterior-cholesky-nan": (_array_of("posterior_.L", np.nan),
+                               r"at tree\.posterior_\.L: .* holds NaN"),
+    "training-inputs-inf": (_array_of("posterior_.X", np.inf), r"posterior_\.X: .* holds NaN"),
+    "scaler-nan": (_array_of("_scaler.scale", np.nan), r"_scaler\.scale: .* holds NaN"),
+    "target-scale-nan": (_set_field("_y_scale_", {"__float__": "nan"}),
+                         r"at tree\._y_scale_: the number nan holds NaN"),
+    "target-shift-1e308": (_set_field("_y_shift", 1e308),
+                           r"at tree\._y_shift: the number 1e\+308 holds NaN, inf or a number "
+                           r"above"),
     # 4. nesting
     "nested-300": (lambda p: _edit_manifest(p, lambda m: m["tree"]["state"].update(
         n_features_in_=_nested(300))), "nested deeper than 200 levels"),
@@ -891,6 +975,71 @@ def test_corrupted_model_directory(case, model_dir):
         persistence.load(model_dir)
     assert DIR in str(err.value)  # the message names the file or the directory
     assert not (model_dir.parent / "pwned").exists()  # nothing from the file was executed
+
+
+def _parameters(tree, where="tree"):
+    """(path as load names it, node) of every Parameter node of a tree, depth first."""
+    if isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from _parameters(v, f"{where}[{i}]")
+    elif isinstance(tree, dict):
+        if tree.get("__object__") == "augmentedgp.core.params:Parameter":
+            yield where, tree
+        for key in ("fields", "state", "__dict__"):
+            for k, v in (tree.get(key) or {}).items():
+                yield from _parameters(v, f"{where}[{k!r}]" if key == "__dict__" else
+                                       f"{where}.{k}")
+        for key in ("__tuple__", "__randomstate__"):
+            yield from _parameters(tree.get(key), where)
+
+
+SAVED = [n for n in CASES if n not in EXTRA] + ["regressor", "classifier", "counts"]
+
+
+@pytest.mark.parametrize("name", SAVED)
+def test_checks_hold_for_every_saved_model(name, fitted, estimators, tmp_path):
+    """For every object this module saves (each model type, each estimator): its directory
+    loads (and round-trips exactly: test_roundtrip, test_sklearn_roundtrip), yet with a
+    Parameter replaced by an int (manifest resealed), or its raw array rewritten as NaN or
+    as 1e308 (both checksums updated), it is refused, naming the field. 1e308 is finite:
+    it is refused as above sqrt(max float), whose square overflows."""
+    obj = estimators[name][0] if name in estimators else fitted(name)
+    path = persistence.save(obj, tmp_path / DIR)
+    pristine = shutil.copytree(path, tmp_path / "pristine")
+    assert type(persistence.load(path)) is type(obj)
+    found = list(_parameters(_read_manifest(path)["tree"]))
+    if name == "inference_settings":  # the one saved object without a parameter
+        assert not found
+        return
+    where, node = found[0]
+    key = node["fields"]["raw"]["__array__"]
+    cases = {
+        "int": (_set_first(lambda v: v == node, 7),
+                rf"at {re.escape(where)}: \w+\.\w+ must be (None or )?Parameter, the file "
+                "holds int"),
+        "nan": (_rewrite_arrays(lambda a: a.update({key: np.full_like(a[key], np.nan)})),
+                rf"at {re.escape(where)}\.raw: array '{key}' of arrays\.npz holds NaN"),
+        "1e308": (_rewrite_arrays(lambda a: a.update({key: np.full_like(a[key], 1e308)})),
+                  rf"at {re.escape(where)}\.raw: .* a number above 1\.34e\+154"),
+    }
+    for edit, message in cases.values():
+        shutil.rmtree(path)
+        shutil.copytree(pristine, path)
+        edit(path)
+        with pytest.raises(ModelFileError, match=message):
+            persistence.load(path)
+
+
+def test_history_may_hold_nan_a_partition_none(fitted, tmp_path):
+    """What a real model legitimately holds is not refused: NaN in a training History (the
+    particle flow's step sizes: no natural-gradient step), None leaves in the Gibbs chain's
+    hyperparameter draws (an equinox partition, in a field declared ``object``)."""
+    flow = fitted("vgp_particle_flow")
+    assert np.isnan(flow.history.step_size).any()
+    assert_same_history(flow.history, _roundtrip(flow, tmp_path / "f").history)
+    chain = fitted("mcgp_gibbs")
+    assert None in jax.tree_util.tree_leaves(chain.hyper, is_leaf=lambda x: x is None)
+    assert_same_tree(chain.hyper, _roundtrip(chain, tmp_path / "g").hyper)
 
 
 def test_unedited_copy_round_trips(saved, model_dir):

@@ -17,8 +17,14 @@ naming the file: both files must lie inside the model directory (the manifest's 
 must be a plain name -- no path separator, no ``..``, not absolute -- and a link must not
 lead outside the directory); the manifest must be strict JSON in UTF-8, nested at most
 ``MAX_DEPTH`` levels; every node of ``tree`` must have the structure :func:`save` writes;
-the root must be of the manifest's ``model_class``; and the array file must hold exactly the
-arrays the tree names, with the dtypes and shapes it records. Directories of model format 1
+the root must be of the manifest's ``model_class``; the array file must hold exactly the
+arrays the tree names, with the dtypes and shapes it records; each field of a library class
+must hold what the class's annotation declares (a ``Parameter`` field a ``Parameter``, a
+``Kernel`` field a kernel, an array field an array; the error names the field's path); and
+every float array -- outside a training ``History``, whose traces hold NaN where nothing was
+measured -- and every parameter's constrained value must be finite and below sqrt(max float)
+in magnitude (the library squares what it stores: ``1e308`` would predict inf). These checks
+hold even against a manifest whose digests were recomputed. Directories of model format 1
 (augmentedgp 0.1.0, before the manifest digest) still load: their arrays are checked
 against the array checksum, their manifest by its structure only. The digests detect
 corruption and edits, not a forgery by someone who recomputes them; that the file holds no
@@ -42,15 +48,21 @@ import io
 import json
 import math
 import os
+import sys
+import types
+import typing
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from augmentedgp.core.errors import AugmentedGPError
+from augmentedgp.core.loop import History
+from augmentedgp.core.params import Parameter
 from augmentedgp.core.version import __version__
 
 FORMAT = "augmentedgp-model"
@@ -239,14 +251,150 @@ def _is_shape(value) -> bool:
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
 
 
+_ARRAYS = (jax.Array, np.ndarray)
+# Annotations checked exactly: a field declared bool, int or str holds one (int: not a bool).
+_EXACT = {bool: (bool,), int: (int,), str: (str,)}
+
+
+def _classes(hint) -> tuple[type, ...] | None:
+    """The classes a resolved annotation allows a value to be an instance of (``X | None``,
+    ``list[Kernel]`` -> list), or None where isinstance cannot decide (``object``, ``Any``,
+    ``float``: arrays stand for floats, literals, type variables)."""
+    if hint is None or hint is type(None):
+        return (type(None),)
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [_classes(a) for a in typing.get_args(hint)]
+        return None if any(p is None for p in parts) else tuple(c for p in parts for c in p)
+    if origin is not None:  # a generic: its container class
+        return (origin,) if isinstance(origin, type) else None
+    if not isinstance(hint, type) or hint in (object, float, complex):
+        return None
+    if hint in _EXACT:
+        return _EXACT[hint]
+    return _ARRAYS if hint is jax.Array else (hint,)  # a JAX field may hold a NumPy array
+
+
+def _label(cls: type) -> str:
+    return {type(None): "None", jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}.get(
+        cls, cls.__qualname__)
+
+
+def _checked(classes: tuple[type, ...]) -> bool:
+    """Whether a field of these classes is checked: library classes, equinox modules, arrays
+    and the exact scalars (not plain containers, whose items the class checks itself)."""
+    return any(c.__module__.split(".")[0] == _PACKAGE or issubclass(c, (eqx.Module, *_ARRAYS))
+               or c in (bool, int, str) for c in classes)
+
+
+def _hint(klass: type, name: str, annotation):
+    """One annotation of ``klass`` resolved in its module (a string under postponed
+    evaluation); None if it cannot be resolved."""
+    holder = types.SimpleNamespace(__annotations__={name: annotation})
+    module = vars(sys.modules[klass.__module__])
+    try:  # module names first, as typing.get_type_hints(klass) resolves them
+        return typing.get_type_hints(holder, module, {**vars(klass), **module})[name]
+    except (NameError, TypeError, AttributeError, SyntaxError, KeyError):
+        return None
+
+
+class _Fields(typing.NamedTuple):
+    """What a class declares of its fields: ``classes``, for each checked field
+    (:func:`_checked`), the classes a loaded value must be an instance of; ``trees``, the
+    fields declared ``object`` or ``Any`` (any pytree: a partition's leaves may be None)."""
+
+    classes: dict[str, tuple[type, ...]]
+    trees: frozenset[str]
+
+
+@functools.cache
+def _fields_of(cls: type) -> _Fields:
+    """The declared fields of ``cls`` (dataclass, NamedTuple or plain class). Each annotation
+    is resolved on its own, so one that cannot be resolved checks nothing."""
+    classes, trees = {}, set()
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            hint = _hint(klass, name, annotation)
+            found = _classes(hint)
+            classes.pop(name, None)  # a subclass's annotation replaces its base's
+            trees.discard(name)
+            if found is not None and _checked(found):
+                classes[name] = found
+            elif hint is object or hint is typing.Any:
+                trees.add(name)
+    return _Fields(classes, frozenset(trees))
+
+
+@functools.cache
+def _settings_of(cls: type) -> frozenset[str]:
+    """The constructor's parameters of a plain class (scikit-learn's settings, which may be
+    ``inf``); its other attributes are fitted state."""
+    try:
+        return frozenset(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
 class _Decoder:
     """Rebuilds the object of a manifest's tree, checking each node's structure; ``where``
     is the node's path in the tree, for the messages. ``typed``: array nodes carry their
-    dtype and shape (format 2 on)."""
+    dtype and shape (format 2 on).
+
+    Beyond the structure, each field of a library class is checked against the class's
+    annotation (:func:`_fields_of`: a ``Parameter`` field holds a ``Parameter``, a
+    ``Kernel`` field a kernel), every float array outside a training :class:`History` (whose
+    traces hold NaN where a quantity was not measured) is finite, and so is every
+    parameter's constrained value (``exp(1e308)`` is not) and every number of a plain
+    object's fitted state (not its constructor's settings)."""
 
     def __init__(self, arrays: dict[str, np.ndarray], typed: bool):
         self.arrays, self.typed = arrays, typed
         self.used: set[str] = set()
+        self.traces = 0  # > 0 while decoding a History: non-finite values are allowed there
+        self.trees = 0  # > 0 inside a field declared `object`: a partition's leaves may be None
+
+    def decode_fields(self, cls: type, fields: dict, where: str) -> dict:
+        """The decoded values of a class's fields, checked against its annotations."""
+        trees, trace = _fields_of(cls).trees, issubclass(cls, History)
+        values = {}
+        self.traces += trace
+        try:
+            for k, v in fields.items():
+                self.trees += k in trees
+                try:
+                    values[k] = self(v, f"{where}.{k}")
+                finally:
+                    self.trees -= k in trees
+        finally:
+            self.traces -= trace
+        self.typecheck(cls, values, where)
+        return values
+
+    def typecheck(self, cls: type, values: dict, where: str):
+        """Each value is an instance of what ``cls`` declares for its field; inside a field
+        declared ``object`` (equinox's partitions, as a Gibbs chain's hyperparameter draws)
+        an array may be None: a leaf left out."""
+        declared = _fields_of(cls).classes
+        for k, v in values.items():
+            if k not in declared or (v is None and self.trees and declared[k] == _ARRAYS):
+                continue
+            if not isinstance(v, declared[k]):
+                names = " or ".join(sorted({_label(c) for c in declared[k]}))
+                self.fail(f"{where}.{k}", f"{cls.__qualname__}.{k} must be {names}, the "
+                                           f"file holds {_label(type(v))}")
+
+    def finite(self, value, where: str, what: str):
+        """A float array outside a History is finite, and so is its square: the library
+        squares what it stores (distances, ``L L^T``, ``y^T alpha``), so a number above
+        sqrt(max) -- ``1e308`` written into an array -- would predict inf or NaN."""
+        if self.traces == 0 and value.dtype.kind in "fc":
+            bound = math.sqrt(np.finfo(value.dtype).max)
+            with np.errstate(invalid="ignore", over="ignore"):
+                ok = bool(np.all(np.abs(value) < bound))  # False for NaN and inf
+            if not ok:
+                self.fail(where, f"{what} holds NaN, inf or a number above {bound:.3g} in "
+                                 "magnitude (its square overflows); a model's arrays are "
+                                 "finite")
 
     @staticmethod
     def fail(where: str, what: str):
@@ -301,6 +449,7 @@ class _Decoder:
             except (ValueError, TypeError, KeyError) as err:
                 self.fail(where, f"not a valid {impl!r} PRNG key ({err})")
         self.check("impl" not in node, where, "an 'impl' on an array that is not a PRNG key")
+        self.finite(value, where, f"array {key!r} of {ARRAYS}")
         if kind == "jax":
             self.check(value.dtype.kind in "biufc", where,
                        f"array {key!r} of {ARRAYS} holds strings, which a JAX array cannot")
@@ -367,10 +516,7 @@ class _Decoder:
         if unknown or missing:
             self.fail(where, f"the saved {cls.__qualname__} has the unknown fields "
                              f"{sorted(unknown)} and lacks the fields {sorted(missing)}")
-        values = {}
-        for k, v in fields.items():
-            values[k] = self(v, f"{where}.{k}")
-        return cls(**values)
+        return cls(**self.decode_fields(cls, fields, where))
 
     def node_object(self, node, where):
         cls = _resolve(node["__object__"])
@@ -386,9 +532,17 @@ class _Decoder:
         if required - set(fields):
             raise ModelFileError(f"the saved {cls.__qualname__} lacks the fields "
                                  f"{sorted(required - set(fields))} this version needs")
+        values = self.decode_fields(cls, fields, where)
         obj = object.__new__(cls)  # as equinox's unflatten: no __init__, fields set as saved
-        for k, v in fields.items():
-            object.__setattr__(obj, k, self(v, f"{where}.{k}"))
+        for k, v in values.items():
+            object.__setattr__(obj, k, v)
+        if isinstance(obj, Parameter) and isinstance(obj.raw, _ARRAYS) and self.traces == 0:
+            try:  # the transform is elementwise (exp, softplus): cheap, no compilation
+                value = np.asarray(obj.transform.forward(obj.raw))
+            except (TypeError, ValueError) as err:
+                self.fail(where, f"the parameter's value cannot be computed ({err})")
+            self.finite(value, where, f"the value {type(obj.transform).__name__}(raw) of the "
+                                      "parameter")
         return obj
 
     def node_instance(self, node, where):
@@ -403,8 +557,12 @@ class _Decoder:
             obj = object.__new__(cls)
         except TypeError as err:
             self.fail(where, f"{cls.__qualname__} cannot be rebuilt ({err})")
-        for k, v in state.items():
-            obj.__dict__[k] = self(v, f"{where}.{k}")
+        values = self.decode_fields(cls, state, where)
+        settings = _settings_of(cls)
+        for k, v in values.items():  # fitted state (an estimator's target scale): finite
+            if k not in settings and isinstance(v, float) and self.traces == 0:
+                self.finite(np.asarray(v), f"{where}.{k}", f"the number {v!r}")
+        obj.__dict__.update(values)
         return obj
 
 

@@ -273,6 +273,7 @@ class _GPEstimator(BaseEstimator):
     """The shared fitting path; subclasses choose the likelihood and the target encoding."""
 
     _likelihoods: dict = {}
+    posterior_: eqx.Module  # set by fit; declared so that a loaded model file is type-checked
 
     def _seed(self):
         try:

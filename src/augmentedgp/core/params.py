@@ -105,34 +105,68 @@ class Parameter(eqx.Module):
         return self.transform.forward(self.raw)
 
 
-def _as_float_array(value, name):
-    arr = np.asarray(value, dtype=float)
+def _as_float_array(value, name, max_ndim):
+    """``value`` as a finite float array, or a TypeError / ValueError naming ``name``."""
+    label = name or "a parameter value"
+    if value is None or isinstance(value, bool | np.bool_ | str | bytes):
+        raise TypeError(f"{label} must be a real number, got {value!r}")
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.kind == "O":  # a list of Python numbers mixed with arrays, say
+            arr = arr.astype(float)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{label} must be a real number or array, got {value!r} ({err})"
+                        ) from None
+    if arr.dtype.kind not in "iuf":  # complex, strings, booleans, dates
+        raise TypeError(f"{label} must be real-valued, got {value!r} (dtype {arr.dtype})")
+    _check_ndim(arr.shape, label, max_ndim)
+    arr = arr.astype(float)
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{label} must be finite, got {value!r}")
     return arr
 
 
-def positive(value, name: str = "parameter", *, prior=None, trainable: bool = True,
-             transform: Exp | Softplus = Exp()) -> Parameter:
+def _check_ndim(shape, label, max_ndim, allow_empty=False):
+    if max_ndim is not None and len(shape) > max_ndim:
+        what = "a scalar" if max_ndim == 0 else f"a scalar or an array of at most {max_ndim} " \
+            f"dimension{'s' if max_ndim > 1 else ''}"
+        raise ValueError(f"{label} must be {what}, got shape {tuple(shape)}")
+    if not allow_empty and 0 in tuple(shape):
+        raise ValueError(f"{label} must not be empty, got shape {tuple(shape)}")
+
+
+def _given(p: Parameter, name, max_ndim) -> Parameter:
+    """A Parameter passed as is: only its shape is checked (its raw value may be traced)."""
+    _check_ndim(jnp.shape(p.raw), name or "a parameter value", max_ndim, allow_empty=True)
+    return p
+
+
+def positive(value, name: str | None = None, *, prior=None, trainable: bool = True,
+             transform: Exp | Softplus = Exp(), max_ndim: int | None = None) -> Parameter:
     """A strictly positive parameter. ``value`` may be an array (ARD).
 
     The default transform is exp (log-space optimisation, as in GPML and scikit-learn):
     gradient steps are relative changes, so lengthscales of irrelevant inputs can grow
-    by orders of magnitude; ``Softplus()`` is the alternative.
+    by orders of magnitude; ``Softplus()`` is the alternative. ``value`` must be real and
+    finite (a TypeError for None, booleans, strings, complex numbers; a ValueError for
+    NaN, inf, values <= 0, an empty array, or more than ``max_ndim`` dimensions:
+    ``max_ndim=0`` for a scalar parameter); messages name ``name``.
     """
     if isinstance(value, Parameter):
-        return value
-    arr = _as_float_array(value, name)
+        return _given(value, name, max_ndim)
+    arr = _as_float_array(value, name, max_ndim)
     if not np.all(arr > 0):
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise ValueError(f"{name or 'a parameter value'} must be > 0, got {value!r}")
     return Parameter(transform.inverse(jnp.asarray(arr)), transform, prior, trainable)
 
 
-def real(value, name: str = "parameter", *, prior=None, trainable: bool = True) -> Parameter:
-    """An unconstrained real parameter (identity transform)."""
+def real(value, name: str | None = None, *, prior=None, trainable: bool = True,
+         max_ndim: int | None = None) -> Parameter:
+    """An unconstrained real parameter (identity transform); ``value`` is checked as in
+    :func:`positive` (real, finite, at most ``max_ndim`` dimensions)."""
     if isinstance(value, Parameter):
-        return value
-    arr = _as_float_array(value, name)
+        return _given(value, name, max_ndim)
+    arr = _as_float_array(value, name, max_ndim)
     return Parameter(jnp.asarray(arr), Identity(), prior, trainable)
 
 

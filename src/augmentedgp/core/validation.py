@@ -106,20 +106,41 @@ def check_int(value: object, name: str, low: int = 1, allow_none: bool = False) 
     return int(value)
 
 
-def check_positive(value: object, name: str) -> float:
-    """``value`` as a finite real scalar > 0 (numbers and 0-d arrays; not booleans or
-    strings); a ValueError naming the argument otherwise."""
-    arr = None if isinstance(value, bool | np.bool_ | str | bytes) else np.asarray(value)
+def check_real(value: object, name: str, *, low: float | None = None,
+               high: float | None = None, open_low: bool = False, open_high: bool = False,
+               allow_none: bool = False) -> float | None:
+    """``value`` as a finite real scalar (a number or a 0-d array; not a boolean or a
+    string) within [low, high] (``open_low`` / ``open_high`` exclude the bound), or None if
+    ``allow_none``; a ValueError naming the argument otherwise."""
+    if value is None and allow_none:
+        return None
+    lo = "" if low is None else f"{'(' if open_low else '['}{low:g}"
+    hi = "" if high is None else f"{high:g}{')' if open_high else ']'}"
+    where = (f" in {lo}, {hi}" if lo and hi else
+             f" {'>' if open_low else '>='} {low:g}" if lo else
+             f" {'<' if open_high else '<='} {high:g}" if hi else "")
+    try:
+        arr = None if isinstance(value, bool | np.bool_ | str | bytes) else np.asarray(value)
+    except (TypeError, ValueError):
+        arr = None
     if arr is None or arr.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be a positive real number, got {value!r}")
+        raise ValueError(f"{name} must be a real number{where}"
+                         f"{' or None' if allow_none else ''}, got {value!r}")
     if arr.ndim != 0:
         raise ValueError(f"{name} must be a scalar, got an array of shape {arr.shape}")
     x = float(arr)
     if not np.isfinite(x):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    if x <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if ((low is not None and (x <= low if open_low else x < low))
+            or (high is not None and (x >= high if open_high else x > high))):
+        raise ValueError(f"{name} must be{where}, got {value!r}")
     return x
+
+
+def check_positive(value: object, name: str) -> float:
+    """``value`` as a finite real scalar > 0 (:func:`check_real` with an open lower bound
+    at 0)."""
+    return check_real(value, name, low=0.0, open_low=True)
 
 
 def check_key(key: object, name: str = "key", allow_none: bool = False):

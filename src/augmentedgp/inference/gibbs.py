@@ -61,7 +61,7 @@ from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
-from augmentedgp.core.validation import check_int, check_key, check_positive
+from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
 from augmentedgp.models.mcgp import MCGP, FullPrior, MCPosterior, SparsePrior
 from augmentedgp.variational.families import map_latents
 
@@ -107,12 +107,8 @@ class GibbsSampling(eqx.Module):
             raise TypeError(f"store_aux must be True or False, got {self.store_aux!r}")
         object.__setattr__(self, "store_aux", bool(self.store_aux))
         object.__setattr__(self, "hyper_step", check_positive(self.hyper_step, "hyper_step"))
-        rho = self.overrelax  # a real scalar (a number or a 0-d array)
-        arr = None if isinstance(rho, bool | np.bool_ | str | bytes) else np.asarray(rho)
-        if (arr is None or arr.dtype.kind not in "iuf" or arr.ndim != 0
-                or not -1.0 < float(arr) < 1.0):  # NaN fails the comparison
-            raise ValueError(f"overrelax must be a real number in (-1, 1), got {rho!r}")
-        object.__setattr__(self, "overrelax", float(arr))
+        object.__setattr__(self, "overrelax", check_real(
+            self.overrelax, "overrelax", low=-1.0, high=1.0, open_low=True, open_high=True))
 
 
 MAX_COUNT = 2**31 - 1  # n_samples, n_chains, burn_in, thin: 32-bit loop counters

@@ -9,34 +9,140 @@ Stationary kernels use ARD lengthscales when ``lengthscale`` is an array of shap
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.validation import check_int
 
+# --- the boundary: one validation for every kernel, composite or not ---------------------
+
+
+def _concrete(x) -> bool:
+    """Whether ``x`` holds values now (not a tracer of jit / vmap / grad): value checks run
+    only then, so compiled training loops pay nothing for them."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_inputs(A: Float[ArrayLike, "n d"], name: str = "X") -> Float[Array, "n d"]:
+    """``A`` as a real 2-D JAX array (n, d >= 1), or a TypeError / ValueError naming
+    ``name``: the tracer-aware counterpart of ``core.validation.check_X`` used by kernels
+    and mean functions. Shapes and dtypes are checked always, NaN / inf only on concrete
+    values (not under ``jit`` / ``vmap`` / ``grad``); lists, integer and boolean arrays are
+    converted to float."""
+    if not isinstance(A, jax.Array):  # numpy arrays, lists, scalars; tracers are jax.Arrays
+        try:
+            A = np.asarray(A)
+            if A.dtype.kind == "O":
+                A = A.astype(float)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a real numeric array of shape (n, d): {err}"
+                            ) from None
+    dtype = A.dtype
+    integral = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_)
+    if not (integral or jnp.issubdtype(dtype, jnp.floating)):
+        raise TypeError(f"{name} must be real-valued, got an array of dtype {dtype}")
+    if A.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D of shape (n, d), got shape {tuple(A.shape)}"
+            + (f" (use {name}.reshape(-1, 1) for one input column)" if A.ndim == 1 else "")
+        )
+    if A.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one column, got shape {tuple(A.shape)}")
+    A = jnp.asarray(A, dtype=float) if integral else jnp.asarray(A)
+    if _concrete(A) and not bool(jnp.all(jnp.isfinite(A))):
+        raise ValueError(f"{name} contains NaN or inf")
+    return A
+
+
+def _check_length(p: Parameter, name: str, d: int):
+    """An ARD parameter has one entry per input column (or one for all)."""
+    shape = jnp.shape(p.raw)
+    if len(shape) == 1 and shape[0] not in (1, d):
+        raise ValueError(
+            f"ARD {name} has {shape[0]} entries (one per input column) but X has {d} columns"
+        )
+
+
+def _hyperparameters(kernel: Kernel, prefix: str = "") -> list[str]:
+    """``name=value`` for every hyperparameter of ``kernel`` (for error messages)."""
+    out = []
+    for field in (f.name for f in dataclasses.fields(kernel)):
+        leaf = getattr(kernel, field)
+        if isinstance(leaf, Parameter) and _concrete(leaf.raw):
+            out.append(f"{prefix}{field}={np.asarray(leaf.value).tolist()}")
+        elif isinstance(leaf, int):  # a static setting: Polynomial's degree
+            out.append(f"{prefix}{field}={leaf}")
+        elif isinstance(leaf, Kernel):
+            out.extend(_hyperparameters(leaf, f"{prefix}{field}."))
+    return out
+
+
+def _finite(kernel: Kernel, K: Array, X: Array, Z: Array | None) -> Array:
+    """``K`` unchanged if finite (or traced), else a ValueError naming X: finite inputs
+    whose scale overflows the kernel (Polynomial at |X| ~ 1e150, say)."""
+    if _concrete(K) and not bool(jnp.all(jnp.isfinite(K))):
+        scale = max(float(jnp.max(jnp.abs(A), initial=0.0)) for A in (X, Z) if A is not None)
+        raise ValueError(
+            f"X's scale overflows the kernel: {type(kernel).__name__} is not finite at these "
+            f"inputs (max |X|{', |Z|' if Z is not None else ''} = {scale:.3g}; "
+            f"{', '.join(_hyperparameters(kernel)) or 'no hyperparameters'}); standardise the "
+            f"inputs or reduce the hyperparameters"
+        )
+    return K
+
 
 class Kernel(eqx.Module):
-    """Base class: subclasses implement ``_matrix(X, Z, symmetric)`` and ``diag(X)``."""
+    """Base class. ``k(X, Z)`` and ``k.diag(X)`` validate their inputs once, for every
+    kernel (composites included), then call the subclass's ``_matrix(X, Z, symmetric)`` /
+    ``_diag(X)`` on 2-D float arrays with matching columns; a subclass with per-column
+    hyperparameters also implements ``_check_columns(d)``.
+
+    Bad inputs raise a TypeError / ValueError naming ``X`` or ``Z``: not 2-D, no columns,
+    different column counts, non-real dtypes (strings, complex, objects), an ARD
+    hyperparameter whose length is not d; and, when the values are concrete (not traced
+    under ``jit`` / ``vmap`` / ``grad``), NaN or inf in the inputs or a kernel matrix that
+    overflows. Lists and integer or boolean arrays are converted to float.
+    """
 
     def __call__(self, X: Float[ArrayLike, "n d"], Z: Float[ArrayLike, "m d"] | None = None
                  ) -> Float[Array, "n m"]:
         """Covariance matrix k(X, Z): X (n, d), Z (m, d) -> (n, m); Z=None means Z=X."""
+        X = check_inputs(X, "X")
         if Z is None:
-            return self._matrix(X, X, True)
-        return self._matrix(X, Z, False)
+            self._check_columns(X.shape[1])
+            return _finite(self, self._matrix(X, X, True), X, None)
+        Z = check_inputs(Z, "Z")
+        if Z.shape[1] != X.shape[1]:
+            raise ValueError(f"Z must have as many columns as X: X has {X.shape[1]}, Z has "
+                             f"{Z.shape[1]}")
+        self._check_columns(X.shape[1])
+        return _finite(self, self._matrix(X, Z, False), X, Z)
+
+    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+        """diag k(X, X), shape (n,)."""
+        X = check_inputs(X, "X")
+        self._check_columns(X.shape[1])
+        return _finite(self, self._diag(X), X, None)
 
     def _matrix(self, X, Z, symmetric: bool):
         raise NotImplementedError
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
-        """diag k(X, X), shape (n,)."""
+    def _diag(self, X):
         raise NotImplementedError
 
+    def _check_columns(self, d: int):
+        """Raise a ValueError if a per-column hyperparameter does not match d columns."""
+
     def __add__(self, other: Kernel) -> Kernel:
+        if not isinstance(other, Kernel):
+            return NotImplemented
         return Sum(self, other)
 
     def __mul__(self, other) -> Kernel:
@@ -47,17 +153,30 @@ class Kernel(eqx.Module):
     __rmul__ = __mul__
 
 
+def _check_kernels(*pairs):
+    for name, k in pairs:
+        if not isinstance(k, Kernel):
+            raise TypeError(f"{name} must be a Kernel, got {type(k).__name__}")
+
+
 class Sum(Kernel):
     """k1 + k2 (also written ``k1 + k2``)."""
 
     k1: Kernel
     k2: Kernel
 
+    def __check_init__(self):
+        _check_kernels(("k1", self.k1), ("k2", self.k2))
+
     def _matrix(self, X, Z, symmetric):
         return self.k1._matrix(X, Z, symmetric) + self.k2._matrix(X, Z, symmetric)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
-        return self.k1.diag(X) + self.k2.diag(X)
+    def _diag(self, X):
+        return self.k1._diag(X) + self.k2._diag(X)
+
+    def _check_columns(self, d):
+        self.k1._check_columns(d)
+        self.k2._check_columns(d)
 
 
 class Product(Kernel):
@@ -66,11 +185,18 @@ class Product(Kernel):
     k1: Kernel
     k2: Kernel
 
+    def __check_init__(self):
+        _check_kernels(("k1", self.k1), ("k2", self.k2))
+
     def _matrix(self, X, Z, symmetric):
         return self.k1._matrix(X, Z, symmetric) * self.k2._matrix(X, Z, symmetric)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
-        return self.k1.diag(X) * self.k2.diag(X)
+    def _diag(self, X):
+        return self.k1._diag(X) * self.k2._diag(X)
+
+    def _check_columns(self, d):
+        self.k1._check_columns(d)
+        self.k2._check_columns(d)
 
 
 class Scaled(Kernel):
@@ -80,47 +206,70 @@ class Scaled(Kernel):
     scale: Parameter
 
     def __init__(self, kernel: Kernel, scale: float | Parameter = 1.0):
+        _check_kernels(("kernel", kernel))
         self.kernel = kernel
-        self.scale = positive(scale, "scale")
+        self.scale = positive(scale, "scale", max_ndim=0)
 
     def _matrix(self, X, Z, symmetric):
         return self.scale.value * self.kernel._matrix(X, Z, symmetric)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
-        return self.scale.value * self.kernel.diag(X)
+    def _diag(self, X):
+        return self.scale.value * self.kernel._diag(X)
+
+    def _check_columns(self, d):
+        self.kernel._check_columns(d)
 
 
 # --- stationary kernels ------------------------------------------------------------------
 
 
+def _power_of_two(m):
+    """A power of two s with m / s in [1, 2) (clipped to the normal range; 1 if m is 0 or
+    not finite): dividing by s is exact, so rescaling changes no rounding."""
+    info = jnp.finfo(m.dtype)
+    _, e = jnp.frexp(jnp.where(jnp.isfinite(m) & (m > 0), m, 1.0))
+    return jnp.ldexp(jnp.ones((), m.dtype), jnp.clip(e - 1, info.minexp + 1, info.maxexp - 1))
+
+
 def _scaled_sqdist(X, Z, lengthscale, symmetric):
     """Squared distances between rows of X/l and Z/l, by one matrix product (BLAS speed).
 
-    Inputs are centred first to limit cancellation; coinciding rows give exactly 0.
+    The scaled inputs are divided by a power of two s ~ max |X/l| (exact) and centred, so
+    neither the squares nor the mean overflow at |X/l| up to 1e308; the result is
+    multiplied back by s^2 (inf beyond the float range, where every profile is 0).
+    Coinciding rows give exactly 0.
     """
-    if lengthscale.ndim == 1 and lengthscale.shape[0] not in (1, X.shape[-1]):
-        raise ValueError(
-            f"ARD lengthscale has {lengthscale.shape[0]} entries but X has {X.shape[-1]} columns"
-        )
     Xs = X / lengthscale
     Zs = Xs if symmetric else Z / lengthscale
+    m = jnp.max(jnp.abs(Xs), initial=0.0)
+    if not symmetric:
+        m = jnp.maximum(m, jnp.max(jnp.abs(Zs), initial=0.0))
+    s = jax.lax.stop_gradient(_power_of_two(m))  # r^2 does not depend on s
+    Xs = Xs / s
+    Zs = Xs if symmetric else Zs / s
     centre = jnp.mean(Xs, axis=0)
     Xs = Xs - centre
     Zs = Xs if symmetric else Zs - centre
     x2, z2 = jnp.sum(Xs**2, -1)[:, None], jnp.sum(Zs**2, -1)[None, :]
     r2 = x2 + z2 - 2.0 * Xs @ Zs.T
     # below the rounding error of the expansion (~eps (|x|^2 + |z|^2)) the rows coincide:
-    # return exactly 0, else Matern-1/2 sees r ~ 1e-8 at coincident inputs
-    r2 = jnp.where(r2 > 16.0 * jnp.finfo(r2.dtype).eps * (x2 + z2), r2, 0.0)
+    # return exactly 0, else Matern-1/2 sees r ~ 1e-8 at coincident inputs (a NaN from a
+    # traced NaN input stays NaN: the comparison is written so that NaN fails it)
+    r2 = jnp.where(r2 <= 16.0 * jnp.finfo(r2.dtype).eps * (x2 + z2), 0.0, r2)
     if symmetric:
         r2 = 0.5 * (r2 + r2.T) * (1.0 - jnp.eye(X.shape[0], dtype=r2.dtype))
-    return r2
+    return r2 * s * s  # (r2 * s) * s: 0 stays 0, large values overflow to inf
 
 
 def _safe_sqrt(r2):
-    """sqrt with a zero (not NaN/inf) derivative at 0."""
+    """sqrt with a zero (not NaN/inf) derivative at 0 (NaN stays NaN)."""
     positive_ = r2 > 0
-    return jnp.where(positive_, jnp.sqrt(jnp.where(positive_, r2, 1.0)), 0.0)
+    return jnp.where(positive_, jnp.sqrt(jnp.where(positive_, r2, 1.0)), 0.0 * r2)
+
+
+# beyond r^2 = 1e6 (r = 1000) every Matern profile is below the smallest float (e^-1000);
+# clamping there keeps (1 + s) e^-s from becoming inf * 0 = NaN at r = inf
+_R2_MAX = 1e6
 
 
 class Stationary(Kernel):
@@ -131,20 +280,22 @@ class Stationary(Kernel):
 
     def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
                  variance: float | Parameter = 1.0):
-        self.lengthscale = positive(lengthscale, "lengthscale")
-        self.variance = positive(variance, "variance")
-        if jnp.ndim(self.lengthscale.raw) > 1:
-            raise ValueError("lengthscale must be a scalar or a 1-D array (one per input dim)")
+        self.lengthscale = positive(lengthscale, "lengthscale", max_ndim=1)
+        self.variance = positive(variance, "variance", max_ndim=0)
 
     def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
+        """The correlation as a function of the scaled squared distance r^2 (0 <= r^2 <= inf)."""
         raise NotImplementedError
 
     def _matrix(self, X, Z, symmetric):
         r2 = _scaled_sqdist(X, Z, self.lengthscale.value, symmetric)
         return self.variance.value * self.profile(r2)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
+
+    def _check_columns(self, d):
+        _check_length(self.lengthscale, "lengthscale", d)
 
 
 class RBF(Stationary):
@@ -168,7 +319,7 @@ class Matern32(Stationary):
     """Matern nu=3/2: v (1 + sqrt(3) r) exp(-sqrt(3) r)."""
 
     def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
-        s = math.sqrt(3.0) * _safe_sqrt(r2)
+        s = math.sqrt(3.0) * _safe_sqrt(jnp.minimum(r2, _R2_MAX))
         return (1.0 + s) * jnp.exp(-s)
 
 
@@ -176,6 +327,7 @@ class Matern52(Stationary):
     """Matern nu=5/2: v (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
 
     def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
+        r2 = jnp.minimum(r2, _R2_MAX)
         s = math.sqrt(5.0) * _safe_sqrt(r2)
         return (1.0 + s + 5.0 * r2 / 3.0) * jnp.exp(-s)
 
@@ -188,11 +340,16 @@ class RationalQuadratic(Stationary):
     def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
                  variance: float | Parameter = 1.0, alpha: float | Parameter = 1.0):
         super().__init__(lengthscale, variance)
-        self.alpha = positive(alpha, "alpha")
+        self.alpha = positive(alpha, "alpha", max_ndim=0)
 
     def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
         a = self.alpha.value
-        return jnp.exp(-a * jnp.log1p(r2 / (2.0 * a)))
+        t = r2 / (2.0 * a)
+        # log1p(t) = log(r^2) - log(2 alpha) where t overflows (tiny alpha, large r^2)
+        big = t > 1e300
+        log_term = jnp.where(big, jnp.log(jnp.where(big, r2, 1.0)) - jnp.log(2.0 * a),
+                             jnp.log1p(jnp.where(big, 0.0, t)))
+        return jnp.exp(-a * log_term)
 
 
 class Periodic(Kernel):
@@ -212,28 +369,34 @@ class Periodic(Kernel):
     def __init__(self, lengthscale: float | Float[ArrayLike, " d"] | Parameter = 1.0,
                  variance: float | Parameter = 1.0,
                  period: float | Float[ArrayLike, " d"] | Parameter = 1.0):
-        self.lengthscale = positive(lengthscale, "lengthscale")
-        self.variance = positive(variance, "variance")
-        self.period = positive(period, "period")
-        if jnp.ndim(self.lengthscale.raw) > 1 or jnp.ndim(self.period.raw) > 1:
-            raise ValueError("lengthscale and period must be scalars or 1-D arrays")
+        self.lengthscale = positive(lengthscale, "lengthscale", max_ndim=1)
+        self.variance = positive(variance, "variance", max_ndim=0)
+        self.period = positive(period, "period", max_ndim=1)
 
-    def _features(self, X):
-        ls = jnp.broadcast_to(self.lengthscale.value, X.shape[-1:])
+    def _features(self, X, w):
         angle = 2.0 * math.pi * X / self.period.value
-        return jnp.cos(angle) / ls, jnp.sin(angle) / ls, jnp.sum(1.0 / ls**2)
+        return jnp.cos(angle) * w, jnp.sin(angle) * w
 
     def _matrix(self, X, Z, symmetric):
-        # 2 sin^2((a - b)/2) = 1 - cos a cos b - sin a sin b: one matrix product per term
-        cx, sx, total = self._features(X)
-        cz, sz, _ = (cx, sx, total) if symmetric else self._features(Z)
-        e = jnp.maximum(total - cx @ cz.T - sx @ sz.T, 0.0)
+        # 2 sin^2((a - b)/2) = 1 - cos a cos b - sin a sin b: one matrix product per term.
+        # The weights 1/l_d are divided by a power of two c ~ max_d 1/l_d (exact), so a tiny
+        # lengthscale gives exponents of inf (correlation 0), not inf - inf = NaN.
+        w = jnp.broadcast_to(1.0 / self.lengthscale.value, X.shape[-1:])
+        c = jax.lax.stop_gradient(_power_of_two(jnp.max(w)))
+        w = w / c
+        cx, sx = self._features(X, w)
+        cz, sz = (cx, sx) if symmetric else self._features(Z, w)
+        e = jnp.maximum(jnp.sum(w**2) - cx @ cz.T - sx @ sz.T, 0.0)
         if symmetric:
             e = 0.5 * (e + e.T) * (1.0 - jnp.eye(X.shape[0], dtype=e.dtype))
-        return self.variance.value * jnp.exp(-e)
+        return self.variance.value * jnp.exp(-(e * c * c))
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
+
+    def _check_columns(self, d):
+        _check_length(self.lengthscale, "lengthscale", d)
+        _check_length(self.period, "period", d)
 
 
 # --- dot-product and degenerate kernels -------------------------------------------------
@@ -245,13 +408,16 @@ class Linear(Kernel):
     variance: Parameter
 
     def __init__(self, variance: float | Float[ArrayLike, " d"] | Parameter = 1.0):
-        self.variance = positive(variance, "variance")
+        self.variance = positive(variance, "variance", max_ndim=1)
 
     def _matrix(self, X, Z, symmetric):
         return (X * self.variance.value) @ Z.T
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return jnp.sum(X**2 * self.variance.value, axis=-1)
+
+    def _check_columns(self, d):
+        _check_length(self.variance, "variance", d)
 
 
 class Polynomial(Kernel):
@@ -264,13 +430,13 @@ class Polynomial(Kernel):
     def __init__(self, degree: int = 2, variance: float | Parameter = 1.0,
                  offset: float | Parameter = 1.0):
         self.degree = check_int(degree, "degree")
-        self.variance = positive(variance, "variance")
-        self.offset = positive(offset, "offset")
+        self.variance = positive(variance, "variance", max_ndim=0)
+        self.offset = positive(offset, "offset", max_ndim=0)
 
     def _matrix(self, X, Z, symmetric):
         return (self.variance.value * (X @ Z.T) + self.offset.value) ** self.degree
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return (self.variance.value * jnp.sum(X**2, -1) + self.offset.value) ** self.degree
 
 
@@ -280,12 +446,12 @@ class Constant(Kernel):
     variance: Parameter
 
     def __init__(self, variance: float | Parameter = 1.0):
-        self.variance = positive(variance, "variance")
+        self.variance = positive(variance, "variance", max_ndim=0)
 
     def _matrix(self, X, Z, symmetric):
         return jnp.full((X.shape[0], Z.shape[0]), self.variance.value, dtype=X.dtype)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 
@@ -296,14 +462,14 @@ class White(Kernel):
     variance: Parameter
 
     def __init__(self, variance: float | Parameter = 1.0):
-        self.variance = positive(variance, "variance")
+        self.variance = positive(variance, "variance", max_ndim=0)
 
     def _matrix(self, X, Z, symmetric):
         if symmetric:
             return self.variance.value * jnp.eye(X.shape[0], dtype=X.dtype)
         return jnp.zeros((X.shape[0], Z.shape[0]), dtype=X.dtype)
 
-    def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
+    def _diag(self, X):
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 

@@ -14,7 +14,7 @@ from jax.scipy.special import gammaln, xlogy
 from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
 from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussian
 from augmentedgp.core.params import Parameter
-from augmentedgp.core.validation import check_positive
+from augmentedgp.core.validation import check_positive, require_finite
 from augmentedgp.likelihoods.base import Likelihood, count_targets, scalar_positive
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -61,9 +61,14 @@ class Poisson(Likelihood):
         return self.binsize * jnp.exp(f)
 
     def predict_y(self, mean, var, n: int | None = None):
-        # E[y] = b e^{m + v/2}; Var[y] = E[y] + b^2 (e^v - 1) e^{2m + v}
-        ey = self.binsize * jnp.exp(mean + 0.5 * var)
-        return ey, ey + ey**2 * jnp.expm1(var)
+        # E[y] = b e^{m + v/2}; Var[y] = E[y] + b^2 (e^v - 1) e^{2m + v}, in log space
+        # (log(e^v - 1) = v + log1p(-e^{-v})): finite wherever the true value is; a value
+        # beyond float64 raises on concrete input (under jit it is inf: models check it)
+        log_ey = jnp.log(self.binsize) + mean + 0.5 * var
+        v = jnp.maximum(var, 1e-300)
+        ey = jnp.exp(log_ey)
+        return require_finite("Poisson predict_y: the predictive mean or variance",
+                              ey, ey + jnp.exp(2.0 * log_ey + v + jnp.log1p(-jnp.exp(-v))))
 
 
 class PoissonTilt(NamedTuple):
@@ -180,9 +185,12 @@ class NegativeBinomial(Likelihood, PolyaGamma):
 
     def predict_y(self, mean, var, n: int | None = None):
         # E[y] = r e^{m + v/2}; Var[y] = E[y] + r (r + 1) e^{2m + 2v} - E[y]^2
-        r = self.r.value
-        ey = r * jnp.exp(mean + 0.5 * var)
-        return ey, ey + ey**2 * (jnp.exp(var) * (1.0 + 1.0 / r) - 1.0)
+        r = self.r.value  # in log space as Poisson's: e^v (1 + 1/r) - 1 = e^v (1 + 1/r - e^-v)
+        log_ey = jnp.log(r) + mean + 0.5 * var
+        ey = jnp.exp(log_ey)
+        extra = jnp.exp(2.0 * log_ey + var + jnp.log(1.0 + 1.0 / r - jnp.exp(-var)))
+        return require_finite("NegativeBinomial predict_y: the predictive mean or variance",
+                              ey, ey + extra)
 
     def super_gaussian(self, y):
         """sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2} cosh(f / 2)^{-(y + r)}."""

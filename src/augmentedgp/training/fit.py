@@ -23,7 +23,7 @@ from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
 from augmentedgp.core.params import Identity, is_parameter, log_prior
-from augmentedgp.core.validation import check_int, check_key, check_positive
+from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference
@@ -64,17 +64,6 @@ def _count(value, name):
     return check_int(value, name, low=0)
 
 
-def _nonnegative(value, name):
-    """A finite real scalar >= 0, or None (a ValueError naming ``name`` otherwise)."""
-    if value is None:
-        return None
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number >= 0 or None, got {value!r}")
-    if not (np.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return float(value)
-
-
 def _check_settings(*, optimizer, max_iter, learning_rate, tol, n_restarts, key, callback,
                     verbose, patience, chunk_size, window, hyper_every) -> _FitSettings:
     """The settings of :func:`fit`, checked once for every model and inference: a
@@ -97,7 +86,7 @@ def _check_settings(*, optimizer, max_iter, learning_rate, tol, n_restarts, key,
         window=check_int(window, "window"), hyper_every=check_int(hyper_every, "hyper_every"),
         learning_rate=None if learning_rate is None else check_positive(learning_rate,
                                                                         "learning_rate"),
-        tol=_nonnegative(tol, "tol"))
+        tol=check_real(tol, "tol", low=0.0, allow_none=True))
 
 
 def _objective(model, inference, X, y):

@@ -10,19 +10,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from augmentedgp.core.validation import check_int, check_positive
-
-
-def _unit_step(value, name: str) -> float:
-    """``value`` as a step size: a real scalar in (0, 1] (a ValueError naming ``name``)."""
-    try:
-        x = check_positive(value, name)
-    except ValueError:
-        x = None
-    if x is None or x > 1.0:
-        raise ValueError(f"{name} must be a natural-gradient step size in (0, 1] (a number) or "
-                         f"a Schedule, got {value!r}") from None
-    return x
+from augmentedgp.core.validation import check_int, check_positive, check_real
 
 
 class Schedule(eqx.Module):
@@ -46,7 +34,7 @@ class Constant(Schedule):
     value: float = 1.0
 
     def __init__(self, value: float = 1.0):
-        self.value = _unit_step(value, "value")
+        self.value = check_real(value, "value", low=0.0, high=1.0, open_low=True)
 
     def __call__(self, t):
         return jnp.asarray(self.value)
@@ -61,7 +49,8 @@ class Warmup(Schedule):
     steps: int = 40
 
     def __init__(self, start: float = 1e-4, end: float = 1e-1, steps: int = 40):
-        self.start, self.end = _unit_step(start, "start"), _unit_step(end, "end")
+        self.start, self.end = (check_real(v, n, low=0.0, high=1.0, open_low=True)
+                                  for v, n in ((start, "start"), (end, "end")))
         self.steps = check_int(steps, "steps")
 
     def __call__(self, t):
@@ -127,7 +116,7 @@ def as_schedule(step_size, name: str = "step_size") -> Schedule:
     ``name`` otherwise)."""
     if isinstance(step_size, Schedule):
         return step_size
-    return Constant(_unit_step(step_size, name))
+    return Constant(check_real(step_size, name, low=0.0, high=1.0, open_low=True))
 
 
 __all__ = ["Schedule", "Constant", "Warmup", "RobbinsMonro", "Adaptive", "as_schedule"]
