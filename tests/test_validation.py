@@ -74,7 +74,8 @@ def test_prediction_inputs_are_checked():
 
 
 def test_ard_lengthscale_of_wrong_length():
-    with pytest.raises(ValueError, match="ARD lengthscale has 3 entries \(one per input column\) but X has 2 columns"):
+    with pytest.raises(ValueError, match=r"ARD lengthscale has 3 entries \(one per input "
+                       r"column\) but X has 2 columns"):
         agp.GP(agp.kernels.RBF([1.0, 1.0, 1.0]), noise=0.1).posterior(X, y)
 
 
