@@ -209,7 +209,7 @@ def _run(fn, quiet: bool = False):
             for noise in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
                 warnings.simplefilter("ignore", noise)  # about the code, not the user's data
             return fn()
-    except typer.Exit:
+    except (typer.Exit, ImportError):  # a missing extra: the launcher names it
         raise
     except (InputError, ModelFileError) as err:
         failure = (str(err), 2)

@@ -568,7 +568,7 @@ class GPRegressor(_Regressor):
         if name == "student_t" and not (
                 isinstance(self.df, numbers.Real) and not isinstance(self.df, bool)
                 and np.isfinite(self.df) and self.df > 0):
-            raise ValueError(f"df must be a finite real number > 0, got {self.df!r}")
+            raise ValueError(f"df must be finite and > 0 (a real number), got {self.df!r}")
         X, y = self._fit_data(X, y, numeric=True)
         if self.normalize_y:  # overflow-safe: y ~ 1e300 and y ~ 1e-300 alike
             z, self._y_shift, self._y_scale_ = _standardise_targets(y)

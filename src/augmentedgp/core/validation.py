@@ -124,8 +124,10 @@ def check_real(value: object, name: str, *, low: float | None = None,
     except (TypeError, ValueError):
         arr = None
     if arr is None or arr.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be a real number{where}"
-                         f"{' or None' if allow_none else ''}, got {value!r}")
+        what = ("a positive real number" if (low, high, open_low) == (0.0, None, True) else
+                f"a real number{where}")
+        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, "
+                         f"got {value!r}")
     if arr.ndim != 0:
         raise ValueError(f"{name} must be a scalar, got an array of shape {arr.shape}")
     x = float(arr)

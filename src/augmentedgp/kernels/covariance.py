@@ -56,7 +56,8 @@ def check_inputs(A: Float[ArrayLike, "n d"], name: str = "X") -> Float[Array, "n
     if A.shape[1] == 0:
         raise ValueError(f"{name} must have at least one column, got shape {tuple(A.shape)}")
     A = jnp.asarray(A, dtype=float) if integral else jnp.asarray(A)
-    if _concrete(A) and not bool(jnp.all(jnp.isfinite(A))):
+    # numpy, not jnp: under a trace jnp would stage even a concrete array's check
+    if _concrete(A) and not np.all(np.isfinite(np.asarray(A))):
         raise ValueError(f"{name} contains NaN or inf")
     return A
 
