@@ -208,6 +208,33 @@ def test_sample_f_refuses_bad_sample_counts(regression_posterior, n_samples):
         post.sample_f(jax.random.key(0), X[:3], n_samples)
 
 
+def test_sample_f_refuses_a_count_beyond_memory(regression_posterior):
+    post, X = regression_posterior
+    with pytest.raises(ValueError, match=r"n_samples = 10\*\*30|exceed 2147483648 values"):
+        post.sample_f(jax.random.key(0), X[:3], 10**30)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: agp.Laplace(max_iter="5"), "max_iter must be a positive integer, got '5'"),
+    (lambda: agp.Laplace(max_iter=0), "max_iter must be a positive integer"),
+    (lambda: agp.Laplace(max_iter=2**40), "max_iter must be at most"),
+    (lambda: agp.Laplace(tol=-1.0), r"tol must be >= 0"),
+    (lambda: agp.EP(max_sweeps=2.5), "max_sweeps must be a positive integer"),
+    (lambda: agp.EP(tol=float("nan")), "tol must be finite")])
+def test_laplace_and_ep_settings_are_checked_at_construction(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+    assert agp.Laplace(max_iter=5.0).max_iter == 5  # an integral float is a count
+
+
+@pytest.mark.parametrize("make", [lambda y: L.Logistic().check_targets(y),
+                                  lambda y: L.Softmax(["a", 1]).targets(y, len(y))],
+                         ids=["binary", "multiclass"])
+def test_labels_of_mixed_types_are_a_value_error(make):
+    with pytest.raises(ValueError, match=r"y mixes label types \['int', 'str'\]"):
+        make(np.array(["a", 1, "a"], dtype=object))
+
+
 @pytest.mark.parametrize("key,err,match", [
     (None, TypeError, "got NoneType"), (0, TypeError, "got int"),
     (np.zeros(2), TypeError, "dtype float64"),
@@ -239,6 +266,11 @@ def test_student_t_predict_y_refuses_df_at_most_two_and_is_finite_above():
         with pytest.raises(ValueError, match=r"df = [0-9.]+ <= 2"):
             post.predict_y(X[:2])
         assert np.all(np.isfinite(post.predict_f(X[:2])[1]))  # the latent is fine
+    lik = L.StudentT(1.5, 0.3)  # the likelihood itself refuses, naming df ...
+    with pytest.raises(ValueError, match=r"predict_y: the Student-t noise has df = 1.5 <= 2"):
+        lik.predict_y(jnp.zeros(2), jnp.ones(2))
+    _, var = eqx.filter_jit(lambda lik: lik.predict_y(jnp.zeros(2), jnp.ones(2)))(lik)  # or,
+    assert np.all(np.isinf(var))  # with df traced, says inf: the true value
     post = agp.GP(agp.kernels.RBF(), L.StudentT(fixed(positive(2.5)), 0.3)).posterior(X, f)
     mean, var = post.predict_y(X[:2])
     latent = post.predict_f(X[:2])[1]
@@ -325,7 +357,7 @@ def test_quasi_count_likelihoods_accept_non_integer_targets():
 
 
 @pytest.mark.parametrize("make,name", [
-    (lambda v: L.StudentT(v), "Student-t degrees of freedom"),
+    (lambda v: L.StudentT(v), "Student-t degrees of freedom df"),
     (lambda v: L.StudentT(3.0, v), "Student-t scale"),
     (lambda v: L.Laplace(v), "Laplace scale"), (lambda v: L.Matern32(v), "Matern-3/2 noise scale"),
     (lambda v: L.NegativeBinomial(v), "dispersion r"),

@@ -444,10 +444,8 @@ class _Regressor(RegressorMixin, _GPEstimator):
         shift, scale = self.target_scale_
         ey = _check_finite_output(np.asarray(ey) * scale + shift, "predictions")
         if return_std:
-            df = getattr(self.posterior_.likelihood, "df", None)
-            if df is not None and float(df.value) <= 2.0:
-                raise ValueError(f"return_std: a Student-t noise with df = {float(df.value):g} "
-                                 "<= 2 has no variance; use predict_interval or quantiles")
+            if isinstance(self.posterior_.likelihood, _lik.StudentT):
+                self.posterior_.likelihood.check_variance("return_std")
             return ey, _check_finite_output(np.sqrt(np.maximum(np.asarray(vy), 0.0)) * scale,
                                             "predictive standard deviations")
         return ey

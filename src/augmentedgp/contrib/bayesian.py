@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, Shaped
 
-from augmentedgp.core.validation import check_key, check_X
+from augmentedgp.core.validation import check_binary, check_key, check_vector, check_X
 from augmentedgp.inference.flow import Target, VariationalGaussian
 
 
@@ -40,13 +40,7 @@ class LogisticRegression(Target):
     def __init__(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], *,
                  prior_var: float = 10.0, intercept: bool = False):
         X = check_X(X)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        labels = set(np.unique(y).tolist())
-        if not (labels <= {-1, 1} or labels <= {0, 1}):
-            raise ValueError(f"y must hold labels in {{-1, 1}} or {{0, 1}}, got {sorted(labels)}")
-        y = np.where(y == 0, -1.0, y.astype(float)) if labels <= {0, 1} else y.astype(float)
+        y = check_binary(check_vector(y, X.shape[0]))
         self.prior_var, self.intercept = _check_prior_var(prior_var), bool(intercept)
         self.data = (jnp.asarray(self._features(X)), jnp.asarray(y))
 

@@ -80,7 +80,7 @@ def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     arr = np.asarray(y)
     if arr.dtype == bool:
         arr = arr.astype(float)
-    values = set(np.unique(arr).tolist())
+    values = set(unique_labels(arr, name)[0].tolist())
     if values <= {0.0, 1.0}:
         return np.where(arr > 0, 1.0, -1.0)
     if values <= {-1.0, 1.0}:
@@ -91,10 +91,30 @@ def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     )
 
 
-def check_int(value: object, name: str, low: int = 1, allow_none: bool = False) -> int | None:
-    """``value`` as an int >= ``low`` (an integral float such as 3.0 is accepted; booleans,
-    strings and fractions are not), or None if ``allow_none``; a ValueError naming the
-    argument otherwise."""
+def unique_labels(arr: np.ndarray, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(arr, return_inverse=True)`` for labels; labels that cannot be ordered
+    (strings mixed with numbers in an object array) are a ValueError naming the argument
+    instead of numpy's TypeError."""
+    try:
+        return np.unique(arr, return_inverse=True)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in np.ravel(arr).tolist()})
+        raise ValueError(f"{name} mixes label types {kinds}: give labels of one type (all "
+                         "strings or all numbers)") from None
+
+
+#: Values an array allocated at a user's request may hold (float64: 16 GiB): counts beyond
+#: this are refused with a ValueError before anything is allocated.
+MAX_VALUES = 2**31
+#: Iteration and sample counts: 32-bit loop counters.
+MAX_COUNT = 2**31 - 1
+
+
+def check_int(value: object, name: str, low: int = 1, allow_none: bool = False,
+              high: int | None = None) -> int | None:
+    """``value`` as an int >= ``low`` (and <= ``high`` if given; an integral float such as
+    3.0 is accepted; booleans, strings and fractions are not), or None if ``allow_none``; a
+    ValueError naming the argument otherwise."""
     if value is None and allow_none:
         return None
     ok = (not isinstance(value, bool | np.bool_) and isinstance(value, numbers.Real)
@@ -103,6 +123,8 @@ def check_int(value: object, name: str, low: int = 1, allow_none: bool = False) 
         bound = "a positive integer" if low == 1 else f"an integer >= {low}"
         raise ValueError(f"{name} must be {bound}{' or None' if allow_none else ''}, "
                          f"got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be at most {high}, got {value!r}")
     return int(value)
 
 

@@ -61,7 +61,14 @@ from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
-from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
+from augmentedgp.core.validation import (
+    MAX_COUNT,
+    MAX_VALUES,
+    check_int,
+    check_key,
+    check_positive,
+    check_real,
+)
 from augmentedgp.models.mcgp import MCGP, FullPrior, MCPosterior, SparsePrior
 from augmentedgp.variational.families import map_latents
 
@@ -96,23 +103,17 @@ class GibbsSampling(eqx.Module):
         for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
                           ("hyper_every", 0)):
             # static: a plain int (6.0, np.int64(6))
-            value = check_int(getattr(self, name), name, low)
-            if value > MAX_COUNT:
-                raise ValueError(f"{name} must be at most {MAX_COUNT}, got {value}")
+            value = check_int(getattr(self, name), name, low, high=MAX_COUNT)
             object.__setattr__(self, name, value)
-        if self.n_samples * self.n_chains > MAX_DRAWS:
+        if self.n_samples * self.n_chains > MAX_VALUES:
             raise ValueError(f"n_samples * n_chains = {self.n_samples * self.n_chains} draws "
-                             f"exceed {MAX_DRAWS} values (they are kept in memory)")
+                             f"exceed {MAX_VALUES} values (they are kept in memory)")
         if not isinstance(self.store_aux, bool | np.bool_):
             raise TypeError(f"store_aux must be True or False, got {self.store_aux!r}")
         object.__setattr__(self, "store_aux", bool(self.store_aux))
         object.__setattr__(self, "hyper_step", check_positive(self.hyper_step, "hyper_step"))
         object.__setattr__(self, "overrelax", check_real(
             self.overrelax, "overrelax", low=-1.0, high=1.0, open_low=True, open_high=True))
-
-
-MAX_COUNT = 2**31 - 1  # n_samples, n_chains, burn_in, thin: 32-bit loop counters
-MAX_DRAWS = 2**31  # values of f kept in all (n_chains * n_samples * n * latents, float64)
 
 
 def _per_chain(fn):
@@ -365,9 +366,9 @@ def sample(model: MCGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
         raise TypeError(f"verbose must be a bool, got {type(verbose).__name__} {verbose!r}")
     X, y = model.validate_data(X, y)
     size = inference.n_chains * inference.n_samples * X.shape[0] * model.num_latent
-    if size > MAX_DRAWS:
+    if size > MAX_VALUES:
         raise ValueError(f"inference: n_chains * n_samples * n * latents = {size} values of f "
-                         f"exceed {MAX_DRAWS} (8 bytes each, kept in memory, twice with the "
+                         f"exceed {MAX_VALUES} (8 bytes each, kept in memory, twice with the "
                          "whitened draws): lower n_samples or n_chains, or thin the chains")
     key = jax.random.PRNGKey(0) if key is None else key
     s = inference

@@ -18,7 +18,7 @@ from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, fixed, positive
 from augmentedgp.core.quadrature import gauss_hermite
-from augmentedgp.core.validation import check_int, check_vector
+from augmentedgp.core.validation import check_int, check_vector, unique_labels
 from augmentedgp.likelihoods.base import MultiLatent
 
 _LOG_2 = math.log(2.0)
@@ -53,7 +53,7 @@ class Categorical(MultiLatent):
             raise ValueError(f"{name} must hold at least one class label, got an empty array")
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} contains NaN or inf")
-        values, inverse = np.unique(arr, return_inverse=True)
+        values, inverse = unique_labels(arr, name)
         code = {label: k for k, label in enumerate(self.classes)}
         unknown = [v for v in values.tolist() if v not in code]
         if unknown:

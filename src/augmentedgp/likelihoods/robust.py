@@ -91,7 +91,7 @@ class StudentT(Likelihood, ScaleMixture):
     scale: Parameter
 
     def __init__(self, df=3.0, scale=1.0):
-        self.df = base.scalar_positive(df, "Student-t degrees of freedom")
+        self.df = base.scalar_positive(df, "Student-t degrees of freedom df")
         self.scale = base.scalar_positive(scale, "Student-t scale")
 
     def log_prob(self, y, f):
@@ -165,7 +165,20 @@ class StudentT(Likelihood, ScaleMixture):
         return jnp.broadcast_to(jnp.where(nu > 2.0, v, jnp.inf), jnp.shape(f))
 
     def predict_y(self, mean, var, n: int | None = None):
+        """Mean and variance of y; a ValueError naming df where y has no variance (df <= 2;
+        under jit, with df traced, the variance is inf)."""
+        self.check_variance("predict_y")
         return mean, var + self.conditional_variance(mean)
+
+    def check_variance(self, what: str) -> None:
+        """A ValueError for ``what`` if the noise has no variance (df <= 2; a concrete df
+        only: traced values pass)."""
+        nu = self.df.value
+        if not isinstance(nu, jax.core.Tracer) and float(nu) <= 2.0:
+            raise ValueError(
+                f"{what}: the Student-t noise has df = {float(nu):.4g} <= 2, so y has no "
+                "finite variance; fix df above 2 (e.g. StudentT(fixed(positive(4.0))) from "
+                "augmentedgp.params) or use predict_f, the predictive density or quantiles")
 
     def super_gaussian(self, y):
         b = jnp.broadcast_to(1.0 / self.scale.value, jnp.shape(y))

@@ -18,6 +18,7 @@ from jaxtyping import Array, Float, Int
 
 from augmentedgp.core import linalg
 from augmentedgp.core.linalg import site_alpha, system_factor
+from augmentedgp.core.validation import MAX_COUNT, check_int, check_real
 from augmentedgp.likelihoods.binary import Probit
 from augmentedgp.likelihoods.robust import Gaussian
 
@@ -28,6 +29,16 @@ def _frozen(tree):
     """``tree`` with every inexact array leaf under stop_gradient: a likelihood whose
     trainable parameters may enter a while_loop (not reverse-differentiable) as constants."""
     return jax.tree_util.tree_map(lambda x: sg(x) if eqx.is_inexact_array(x) else x, tree)
+
+
+def check_settings(approximation, **settings):
+    """Check an approximation's iteration count and tolerance at construction (a positive
+    integer, a real >= 0; ValueErrors name the setting) and store them as plain Python
+    numbers (they are static fields)."""
+    for name, value in settings.items():
+        value = (check_int(value, name, high=MAX_COUNT) if name != "tol"
+                 else check_real(value, name, low=0.0))
+        object.__setattr__(approximation, name, value)
 
 
 class Exact(eqx.Module):
@@ -100,6 +111,9 @@ class Laplace(eqx.Module):
 
     max_iter: int = eqx.field(static=True, default=100)
     tol: float = eqx.field(static=True, default=1e-10)
+
+    def __post_init__(self):
+        check_settings(self, max_iter=self.max_iter, tol=self.tol)
 
     def check(self, model):
         lik = model.likelihood
@@ -206,6 +220,9 @@ class EP(eqx.Module):
 
     max_sweeps: int = eqx.field(static=True, default=100)
     tol: float = eqx.field(static=True, default=1e-8)
+
+    def __post_init__(self):
+        check_settings(self, max_sweeps=self.max_sweeps, tol=self.tol)
 
     def check(self, model):
         if not isinstance(model.likelihood, Probit):

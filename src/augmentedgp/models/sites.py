@@ -18,26 +18,16 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core import linalg
-from augmentedgp.core.validation import check_int, check_key, check_X
-from augmentedgp.likelihoods.robust import StudentT
+from augmentedgp.core.validation import MAX_VALUES, check_int, check_key, check_X, require_finite
 
 
 def check_moments(likelihood, mean: Float[Array, " n *C"], var: Float[Array, " n *C"]
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
-    """(mean, var) of y if finite; otherwise a ValueError that says why: Student-t noise
-    with df <= 2 has no variance (then neither has y), or the moments overflow. Traced
-    moments (under jit) pass unchecked."""
-    if isinstance(mean, jax.core.Tracer) or isinstance(var, jax.core.Tracer):
-        return mean, var
-    if bool(jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(var))):
-        return mean, var
-    if isinstance(likelihood, StudentT) and float(likelihood.df.value) <= 2.0:
-        raise ValueError(
-            f"predict_y: the Student-t noise has df = {float(likelihood.df.value):.4g} <= 2, "
-            "so y has no finite variance; fix df above 2 (e.g. StudentT(fixed(positive(4.0))) "
-            "from augmentedgp.params) or use predict_f / predict_log_density")
-    raise ValueError(f"predict_y: the predictive moments of y overflow (not finite) under "
-                     f"{type(likelihood).__name__}; rescale the targets or inputs")
+    """(mean, var) of y if finite (traced values pass); a ValueError if they overflow. The
+    likelihood's ``predict_y`` has already refused moments that do not exist (Student-t
+    noise with df <= 2)."""
+    return require_finite(f"predict_y under {type(likelihood).__name__}: the predictive "
+                          "moments of y", mean, var)
 
 
 class Predictive(eqx.Module):
@@ -77,6 +67,9 @@ class Predictive(eqx.Module):
         key = check_key(key)
         n_samples = check_int(n_samples, "n_samples")
         mean, cov = self.predict_f(Xnew, full_cov=True)
+        if n_samples * mean.size > MAX_VALUES:
+            raise ValueError(f"n_samples = {n_samples} draws of {mean.size} values exceed "
+                             f"{MAX_VALUES} values (8 bytes each, kept in memory)")
         single = mean.ndim == 1
         if single:
             mean, cov = mean[:, None], cov[None]
