@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 from jaxtyping import Float, Shaped
@@ -31,6 +32,44 @@ def check_X(X: npt.ArrayLike, name: str = "X", d: int | None = None
             f"{name} must have {d} columns (as the training inputs), got {arr.shape[1]}"
         )
     return arr
+
+
+def is_concrete(x) -> bool:
+    """Whether ``x`` holds values now (not a tracer of jit / vmap / grad): value checks of
+    functions that also run compiled happen only then, so compiled loops pay nothing."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_inputs(A: Float[npt.ArrayLike, "n d"], name: str = "X") -> Float[jax.Array, "n d"]:
+    """``A`` as a real 2-D JAX array (n, d >= 1), or a TypeError / ValueError naming
+    ``name``: the tracer-aware counterpart of :func:`check_X` used by kernels and mean
+    functions. Shapes and dtypes are checked always, NaN / inf only on concrete values
+    (not under ``jit`` / ``vmap`` / ``grad``); lists, integer and boolean arrays are
+    converted to float."""
+    if not isinstance(A, jax.Array):  # numpy arrays, lists, scalars; tracers are jax.Arrays
+        try:
+            A = np.asarray(A)
+            if A.dtype.kind == "O":
+                A = A.astype(float)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a real numeric array of shape (n, d): {err}"
+                            ) from None
+    dtype = A.dtype
+    integral = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_)
+    if not (integral or jnp.issubdtype(dtype, jnp.floating)):
+        raise TypeError(f"{name} must be real-valued, got an array of dtype {dtype}")
+    if A.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D of shape (n, d), got shape {tuple(A.shape)}"
+            + (f" (use {name}.reshape(-1, 1) for one input column)" if A.ndim == 1 else "")
+        )
+    if A.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one column, got shape {tuple(A.shape)}")
+    A = jnp.asarray(A, dtype=float) if integral else jnp.asarray(A)
+    # numpy, not jnp: under a trace jnp would stage even a concrete array's check
+    if is_concrete(A) and not np.all(np.isfinite(np.asarray(A))):
+        raise ValueError(f"{name} contains NaN or inf")
+    return A
 
 
 def check_finite(arr: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " ..."]:
@@ -78,9 +117,15 @@ def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike
 def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     """Binary labels in {0, 1} or {-1, +1} (or booleans) -> float array in {-1, +1}."""
     arr = np.asarray(y)
-    if arr.dtype == bool:
-        arr = arr.astype(float)
-    values = set(unique_labels(arr, name)[0].tolist())
+    if arr.dtype.kind in "bO":  # booleans; numbers in an object array
+        try:
+            arr = arr.astype(float)
+        except (TypeError, ValueError):
+            pass
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must hold binary labels in {{0, 1}} or {{-1, +1}} (numbers), "
+                         f"got an array of dtype {arr.dtype}")
+    values = set(np.unique(arr).tolist())
     if values <= {0.0, 1.0}:
         return np.where(arr > 0, 1.0, -1.0)
     if values <= {-1.0, 1.0}:
@@ -198,7 +243,7 @@ def require_finite(what: str, *values):
     """``values`` as they are if finite or traced (under jit nothing can be raised: callers
     such as ``models.sites.check_moments`` check there); otherwise a ValueError saying that
     ``what`` exceeds float64."""
-    if any(isinstance(v, jax.core.Tracer) for v in values):
+    if not all(is_concrete(v) for v in values):
         return values if len(values) > 1 else values[0]
     if not all(np.all(np.isfinite(np.asarray(v))) for v in values):
         raise ValueError(f"{what} exceeds float64 (its true value overflows, not a numerical "

@@ -19,47 +19,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.validation import check_int
+from augmentedgp.core.validation import check_inputs, check_int, is_concrete
 
 # --- the boundary: one validation for every kernel, composite or not ---------------------
-
-
-def _concrete(x) -> bool:
-    """Whether ``x`` holds values now (not a tracer of jit / vmap / grad): value checks run
-    only then, so compiled training loops pay nothing for them."""
-    return not isinstance(x, jax.core.Tracer)
-
-
-def check_inputs(A: Float[ArrayLike, "n d"], name: str = "X") -> Float[Array, "n d"]:
-    """``A`` as a real 2-D JAX array (n, d >= 1), or a TypeError / ValueError naming
-    ``name``: the tracer-aware counterpart of ``core.validation.check_X`` used by kernels
-    and mean functions. Shapes and dtypes are checked always, NaN / inf only on concrete
-    values (not under ``jit`` / ``vmap`` / ``grad``); lists, integer and boolean arrays are
-    converted to float."""
-    if not isinstance(A, jax.Array):  # numpy arrays, lists, scalars; tracers are jax.Arrays
-        try:
-            A = np.asarray(A)
-            if A.dtype.kind == "O":
-                A = A.astype(float)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{name} must be a real numeric array of shape (n, d): {err}"
-                            ) from None
-    dtype = A.dtype
-    integral = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_)
-    if not (integral or jnp.issubdtype(dtype, jnp.floating)):
-        raise TypeError(f"{name} must be real-valued, got an array of dtype {dtype}")
-    if A.ndim != 2:
-        raise ValueError(
-            f"{name} must be 2-D of shape (n, d), got shape {tuple(A.shape)}"
-            + (f" (use {name}.reshape(-1, 1) for one input column)" if A.ndim == 1 else "")
-        )
-    if A.shape[1] == 0:
-        raise ValueError(f"{name} must have at least one column, got shape {tuple(A.shape)}")
-    A = jnp.asarray(A, dtype=float) if integral else jnp.asarray(A)
-    # numpy, not jnp: under a trace jnp would stage even a concrete array's check
-    if _concrete(A) and not np.all(np.isfinite(np.asarray(A))):
-        raise ValueError(f"{name} contains NaN or inf")
-    return A
 
 
 def _check_length(p: Parameter, name: str, d: int):
@@ -76,7 +38,7 @@ def _hyperparameters(kernel: Kernel, prefix: str = "") -> list[str]:
     out = []
     for field in (f.name for f in dataclasses.fields(kernel)):
         leaf = getattr(kernel, field)
-        if isinstance(leaf, Parameter) and _concrete(leaf.raw):
+        if isinstance(leaf, Parameter) and is_concrete(leaf.raw):
             out.append(f"{prefix}{field}={np.asarray(leaf.value).tolist()}")
         elif isinstance(leaf, int):  # a static setting: Polynomial's degree
             out.append(f"{prefix}{field}={leaf}")
@@ -88,7 +50,7 @@ def _hyperparameters(kernel: Kernel, prefix: str = "") -> list[str]:
 def _finite(kernel: Kernel, K: Array, X: Array, Z: Array | None) -> Array:
     """``K`` unchanged if finite (or traced), else a ValueError naming X: finite inputs
     whose scale overflows the kernel (Polynomial at |X| ~ 1e150, say)."""
-    if _concrete(K) and not bool(jnp.all(jnp.isfinite(K))):
+    if is_concrete(K) and not bool(jnp.all(jnp.isfinite(K))):
         scale = max(float(jnp.max(jnp.abs(A), initial=0.0)) for A in (X, Z) if A is not None)
         raise ValueError(
             f"X's scale overflows the kernel: {type(kernel).__name__} is not finite at these "

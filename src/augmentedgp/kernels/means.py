@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from augmentedgp.core.params import Parameter, real
-from augmentedgp.kernels.covariance import check_inputs
+from augmentedgp.core.validation import check_inputs, is_concrete
 
 
 class Mean(eqx.Module):
     """Base class of mean functions: ``mean(X)`` maps (n, d) inputs to (n,) values.
 
-    ``mean(X)`` validates X as the kernels do (:func:`~augmentedgp.kernels.covariance.
+    ``mean(X)`` validates X as the kernels do (:func:`~augmentedgp.core.validation.
     check_inputs`: 2-D, real, finite when concrete), then calls the subclass's
     ``_evaluate(X)``; a non-finite concrete result raises a ValueError naming X.
     """
@@ -22,7 +21,7 @@ class Mean(eqx.Module):
     def __call__(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         X = check_inputs(X, "X")
         out = self._evaluate(X)
-        if not isinstance(out, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(out))):
+        if is_concrete(out) and not bool(jnp.all(jnp.isfinite(out))):
             raise ValueError(f"X's scale overflows the mean function {type(self).__name__}: "
                              "standardise the inputs")
         return out

@@ -17,6 +17,7 @@ from augmentedgp.core.quadrature import (
     gauss_hermite,
     log_gauss_hermite,
 )
+from augmentedgp.core.validation import is_concrete
 from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
 
 _LOG_2 = math.log(2.0)
@@ -104,7 +105,7 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         # exceeds float64
         noise = jnp.exp(jax.nn.softplus(-mg + 0.5 * vg) - jnp.log(self.precision.value))
         vy = vf + noise
-        if not isinstance(vy, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(vy))):
+        if is_concrete(vy) and not bool(jnp.all(jnp.isfinite(vy))):
             worst = int(jnp.argmax(-mg + 0.5 * vg))
             raise ValueError(
                 "HeteroscedasticGaussian predict_y: the predictive variance E[1 / (precision "

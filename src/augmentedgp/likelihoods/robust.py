@@ -13,6 +13,7 @@ import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussian
 from augmentedgp.core.params import Parameter
+from augmentedgp.core.validation import is_concrete
 from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -31,6 +32,11 @@ class Gaussian(Likelihood, ScaleMixture):
     variance: Parameter
 
     def __init__(self, variance=1.0):
+        if not isinstance(variance, Parameter) and jnp.ndim(variance) != 0:
+            raise ValueError(
+                f"noise variance must be a scalar, got an array of shape "
+                f"{jnp.shape(variance)}: per-point noise has no value at new inputs; for noise "
+                "that varies with x use likelihoods.HeteroscedasticGaussian (VGP or SVGP)")
         self.variance = base.scalar_positive(variance, "noise variance")
 
     def log_prob(self, y, f):
@@ -174,7 +180,7 @@ class StudentT(Likelihood, ScaleMixture):
         """A ValueError for ``what`` if the noise has no variance (df <= 2; a concrete df
         only: traced values pass)."""
         nu = self.df.value
-        if not isinstance(nu, jax.core.Tracer) and float(nu) <= 2.0:
+        if is_concrete(nu) and float(nu) <= 2.0:
             raise ValueError(
                 f"{what}: the Student-t noise has df = {float(nu):.4g} <= 2, so y has no "
                 "finite variance; fix df above 2 (e.g. StudentT(fixed(positive(4.0))) from "

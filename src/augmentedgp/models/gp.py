@@ -6,14 +6,12 @@ import dataclasses
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Shaped
 
 from augmentedgp.core import linalg
 from augmentedgp.core.errors import NotPositiveDefiniteError
 from augmentedgp.core.linalg import site_factors
 from augmentedgp.core.loop import History
-from augmentedgp.core.params import Parameter
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
@@ -42,11 +40,6 @@ class GP(eqx.Module):
         if likelihood is not None and noise is not None:
             raise ValueError("give either likelihood or noise (the Gaussian noise variance), "
                              "not both")
-        if noise is not None and not isinstance(noise, Parameter) and np.ndim(noise) != 0:
-            raise ValueError(
-                f"noise must be one variance (a scalar), got an array of shape "
-                f"{np.shape(noise)}: per-point noise has no value at new inputs; for noise "
-                "that varies with x use likelihoods.HeteroscedasticGaussian (VGP or SVGP)")
         if likelihood is None:
             likelihood = Gaussian(1.0 if noise is None else noise)
         if not isinstance(likelihood, Likelihood):
