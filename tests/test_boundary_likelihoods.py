@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -285,3 +286,18 @@ def test_binary_log_predictive_accepts_01_labels_as_the_default(cls):
     for y in ([1.0, 0.0, 1.0], [1.0, -1.0, 1.0]):
         np.testing.assert_allclose(np.asarray(lik.predictive_log_prob(np.array(y), mean, var)),
                                    want, rtol=1e-12)
+
+
+def test_gaussian_log_densities_beyond_float64_raise():
+    """-0.5 (y - mean)^2 / v below -1.8e308: its true value, not representable, is a
+    ValueError (not -inf); under jit (traced) it is -inf."""
+    lik = L.Gaussian(1e-300)
+    y, m, v = jnp.asarray([1e300]), jnp.asarray([0.0]), jnp.asarray([1e-8])
+    with pytest.raises(ValueError, match="Gaussian predictive_log_prob.*exceeds float64"):
+        lik.predictive_log_prob(y, m, v)
+    with pytest.raises(ValueError, match="Gaussian variational_expectations.*exceeds float64"):
+        lik.variational_expectations(y, m, v)
+    traced = eqx.filter_jit(lambda lik: lik.predictive_log_prob(y, m, v))(lik)
+    assert float(traced[0]) == -np.inf
+    ok = L.Gaussian(0.5).predictive_log_prob(jnp.asarray([1.0]), m, jnp.asarray([0.5]))
+    assert float(ok[0]) == pytest.approx(-0.5 * (np.log(2 * np.pi) + 1.0), rel=1e-14)

@@ -57,6 +57,7 @@ NAMES = ("X", "Xnew", "y", "ynew", "Z", "inducing", "max_iter", "learning_rate",
          "thin", "batch_size", "step_size", "n_points", "max_sweeps", "n_inducing",
          "quantiles", "level", "full_cov", "method", "q", "ard", "normalize_y", "model",
          "mean", "num_samples", "predict_samples", "integer", "noise precision", "overrelax",
+         "Gamma shape",
          "hyper_every", "hyper_step", "store_aux", "alpha", "optimizer", "callback", "patience",
          "chunk_size", "window", "validation_data", "natural")
 

@@ -21,6 +21,7 @@ def model():
     (X[:, 0], "X must be 2-D"),
     (np.zeros((0, 2)), "at least one row"),
     ([["a", "b"]] * 20, "X must be a numeric array"),
+    (X + 1e-3j, "X must be real-valued, got complex numbers"),  # not a silent X.real
 ])
 def test_bad_inputs(bad_X, match):
     with pytest.raises(ValueError, match=match):
@@ -33,6 +34,7 @@ def test_bad_inputs(bad_X, match):
     (np.where(np.arange(20) == 5, np.nan, y), "y contains NaN"),
     (y[:-1], "y has 19 entries but X has 20 rows"),
     (np.stack([y, y], 1), "y must be 1-D"),
+    (y + 0j, "y must be real-valued, got complex numbers"),
 ])
 def test_bad_targets(bad_y, match):
     with pytest.raises(ValueError, match=match):
@@ -115,3 +117,30 @@ def test_exact_inference_needs_gaussian_likelihood():
     clf = agp.GP(agp.kernels.RBF(1.0), agp.likelihoods.Logistic())
     with pytest.raises(ValueError, match="Exact inference needs a Gaussian likelihood"):
         clf.posterior(X, (y > 0).astype(int), agp.Exact())
+
+
+@pytest.mark.parametrize("power", [0, 200, -300])
+def test_standardizer_is_exact_at_any_scale(power):
+    """The power-of-two scaled moments: numpy's own on ordinary data, and the same
+    standardised values from 1e-300 to 1e200 (numpy's std overflows at 1e200)."""
+    data = np.c_[X, np.full(20, 3.0)]
+    ref = agp.datasets.Standardizer(data)
+    np.testing.assert_array_equal(ref.mean, data.mean(0))
+    np.testing.assert_array_equal(ref.scale[:2], data[:, :2].std(0))
+    assert ref.scale[2] == 1.0  # a constant column is centred, not scaled
+    scaled = agp.datasets.Standardizer(data * 10.0**power)
+    np.testing.assert_allclose(scaled.transform(data * 10.0**power), ref.transform(data),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(scaled.inverse(ref.transform(data)), data * 10.0**power,
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([[1.0], [np.nan]]), "data contains NaN"), (np.zeros((0, 2)), "at least one row"),
+    (np.float64(1.0), r"1-D or 2-D array .* shape \(\)"),
+    (np.array([1.0, 2.0 + 1j]), "data must be real-valued"),
+    (np.array([-1e308, 1e308]), "data spans more than the float64 range"),
+    (np.c_[np.ones(2), [-1e308, 1e308]], "data column 1 spans more than the float64 range")])
+def test_standardizer_refuses_data_it_cannot_scale(bad, match):
+    with pytest.raises(ValueError, match=match):
+        agp.datasets.Standardizer(bad)

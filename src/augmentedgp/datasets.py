@@ -11,6 +11,8 @@ from importlib import resources
 
 import numpy as np
 
+from augmentedgp.core.validation import check_finite
+
 NAMES = ("yacht", "a9a_small")
 
 
@@ -34,14 +36,40 @@ def train_test_split(X, y, test_fraction: float = 0.2, seed: int = 0):
 
 
 class Standardizer:
-    """Column-wise standardisation fitted on training data; zero-variance columns are
-    centred but not scaled (so constant columns never produce NaN)."""
+    """Column-wise standardisation fitted on training data (a 1-D array is one column);
+    zero-variance columns are centred but not scaled (so constant columns never produce
+    NaN).
 
-    def __init__(self, data):
-        data = np.asarray(data, dtype=float)
-        self.mean = data.mean(axis=0)
-        sd = data.std(axis=0)
-        self.scale = np.where(sd > 0, sd, 1.0)
+    The moments are those of U = data / 2^k, 2^k the power of two just above each
+    column's max |value| (|U| < 1: no square overflows for data ~ 1e300, nothing
+    underflows for data ~ 1e-300); scaling by a power of two is exact, so for ordinary
+    data they are numpy's mean and sd to the last bit. A ValueError names ``name`` if the
+    data are not finite real numbers, or a column's spread exceeds float64 or its sd is
+    below the smallest normal float64."""
+
+    def __init__(self, data, name: str = "data"):
+        data = check_finite(data, name)
+        if data.ndim not in (1, 2) or data.shape[0] == 0:
+            raise ValueError(f"{name} must be a 1-D or 2-D array with at least one row, got "
+                             f"shape {data.shape}")
+        k = np.frexp(np.max(np.abs(data), axis=0))[1]
+        U = np.ldexp(data, -k)
+        constant = np.max(data, axis=0) == np.min(data, axis=0)
+        # a constant column: its value exactly (the mean of equal numbers may round)
+        mean = np.where(constant, data[0], np.ldexp(U.mean(axis=0), k))
+        sd = np.ldexp(U.std(axis=0), k)
+        with np.errstate(over="ignore"):
+            spread = np.ldexp(np.max(data, axis=0) * 0.5 - np.min(data, axis=0) * 0.5, 1)
+        bad = np.atleast_1d(~np.isfinite(spread) | (~constant & (sd < np.finfo(float).tiny)))
+        if np.any(bad):
+            j = int(np.flatnonzero(bad)[0])
+            col = data[:, j] if data.ndim == 2 else data
+            where = f"{name} column {j}" if data.ndim == 2 else name
+            raise ValueError(f"{where} spans more than the float64 range or less than its "
+                             f"smallest normal number (min {col.min():.3g}, max "
+                             f"{col.max():.3g}): rescale {name}")
+        self.mean = mean
+        self.scale = np.where(constant, 1.0, sd)
 
     def transform(self, data):
         return (np.asarray(data, dtype=float) - self.mean) / self.scale

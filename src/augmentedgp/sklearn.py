@@ -125,27 +125,6 @@ def _standardise_targets(y) -> _TargetScaling:
     return _TargetScaling((u - m) / s, float(np.ldexp(m, k)), scale)
 
 
-def _input_scaler(X) -> Standardizer:
-    """The column standardisation of X, its moments computed as in
-    :func:`_standardise_targets` (from X / 2^k per column: no overflow for X ~ 1e300, no
-    underflow for X ~ 1e-300; numpy's own to the last bit otherwise). Raises ValueError if
-    a column's spread is not a normal float64."""
-    k = np.frexp(np.max(np.abs(X), axis=0))[1]
-    U = np.ldexp(X, -k)
-    scaler = Standardizer(U)  # the mean and sd of U (sd 1 for a constant column)
-    constant = np.std(U, axis=0) == 0.0
-    with np.errstate(over="ignore"):
-        spread = np.ldexp(np.max(X, axis=0) * 0.5 - np.min(X, axis=0) * 0.5, 1)
-    sd = np.ldexp(scaler.scale, k)
-    bad = ~np.isfinite(spread) | (~constant & (sd < np.finfo(float).tiny))
-    if np.any(bad):
-        j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"X column {j} spans more than the float64 range or less than its "
-                         f"smallest normal number (min {X[:, j].min():.3g}, max "
-                         f"{X[:, j].max():.3g}): rescale X")
-    scaler.mean = np.ldexp(scaler.mean, k)
-    scaler.scale = np.where(constant, 1.0, sd)
-    return scaler
 
 
 def _frozen(model):
@@ -301,7 +280,7 @@ class _GPEstimator(BaseEstimator):
         import jax
 
         n, d = X.shape
-        self._scaler = _input_scaler(X)
+        self._scaler = Standardizer(X, "X")
         Xs = self._scaler.transform(X)
         gaussian = isinstance(likelihood, _lik.Gaussian)
         if isinstance(self.n_inducing, str) and self.n_inducing == "auto":

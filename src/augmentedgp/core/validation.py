@@ -11,13 +11,25 @@ import numpy.typing as npt
 from jaxtyping import Float, Shaped
 
 
+def as_real(value: npt.ArrayLike, name: str, what: str) -> np.ndarray:
+    """``value`` as a float array; a ValueError naming ``name`` if it is not numeric or is
+    complex (numpy would drop the imaginary part with only a warning)."""
+    try:
+        arr = np.asarray(value)
+        real = not np.iscomplexobj(arr)
+        if real:
+            arr = arr.astype(float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be {what}: {err}") from None
+    if not real:
+        raise ValueError(f"{name} must be real-valued, got complex numbers")
+    return arr
+
+
 def check_X(X: npt.ArrayLike, name: str = "X", d: int | None = None
             ) -> Float[np.ndarray, "n d"]:
     """A finite, non-empty float array of shape (n, d)."""
-    try:
-        arr = np.asarray(X, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a numeric array of shape (n, d): {err}") from None
+    arr = as_real(X, name, "a numeric array of shape (n, d)")
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D of shape (n, d), got shape {arr.shape}"
@@ -74,10 +86,7 @@ def check_inputs(A: Float[npt.ArrayLike, "n d"], name: str = "X") -> Float[jax.A
 
 def check_finite(arr: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " ..."]:
     """A finite float array (raises ValueError naming ``name``)."""
-    try:
-        arr = np.asarray(arr, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric") from None
+    arr = as_real(arr, name, "numeric")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf")
     return arr
@@ -97,14 +106,7 @@ def check_vector(y: npt.ArrayLike, n: int, name: str = "y") -> Shaped[np.ndarray
 
 def check_y(y: npt.ArrayLike, n: int, name: str = "y") -> Float[np.ndarray, " n"]:
     """A finite float vector of length n (an (n, 1) column is accepted)."""
-    arr = check_vector(y, n, name)
-    try:
-        arr = arr.astype(float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return arr
+    return check_finite(check_vector(y, n, name), name)
 
 
 def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike

@@ -165,8 +165,10 @@ def kinked_expectation(fn, mean, var, kinks, n: int = 20, log: bool = False):
     end and the rule converges as for a smooth integrand. ``fn`` maps latent values
     (..., panels, n) to values of that shape. With ``log``: log E[exp(fn(f))], fn the log
     of a positive function (logsumexp: no underflow). var = 0 gives fn(mean)."""
-    mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
-    kinks = jnp.asarray(kinks, float)
+    kinks = jnp.asarray(kinks, float)  # numpy broadcasting of mean, var and the kinks' y
+    mean, var, _ = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float),
+                                        kinks[..., 0])
+    kinks = jnp.broadcast_to(kinks, mean.shape + kinks.shape[-1:])
     s = jnp.sqrt(jnp.maximum(var, 0.0))
     pos = s > 0.0
     zk = jnp.where(pos[..., None], (kinks - mean[..., None]) / jnp.where(pos, s, 1.0)[..., None],

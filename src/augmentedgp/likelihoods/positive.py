@@ -13,7 +13,7 @@ from jax.scipy.special import gammaln
 from augmentedgp.core.params import Parameter, positive
 from augmentedgp.core.quadrature import adaptive_log_gauss_hermite
 from augmentedgp.core.validation import check_finite, require_finite
-from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.base import Likelihood, scalar_positive
 
 _LOG_2 = math.log(2.0)
 
@@ -44,7 +44,7 @@ class Gamma(Likelihood):
     shape: Parameter
 
     def __init__(self, shape=1.0):
-        self.shape = positive(shape, "gamma shape", max_ndim=0)
+        self.shape = scalar_positive(shape, "Gamma shape")
 
     def check_targets(self, y, name: str = "y"):
         return _inside(y, name, 0.0, np.inf, "strictly positive for a Gamma likelihood")

@@ -13,7 +13,7 @@ import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussian
 from augmentedgp.core.params import Parameter
-from augmentedgp.core.validation import is_concrete
+from augmentedgp.core.validation import is_concrete, require_finite
 from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -61,11 +61,14 @@ class Gaussian(Likelihood, ScaleMixture):
 
     def predictive_log_prob(self, y, mean, var):
         v = var + self.variance.value
-        return -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v)
+        return require_finite("Gaussian predictive_log_prob: (y - mean)^2 / (var + noise "
+                              "variance)", -0.5 * (_LOG_2PI + jnp.log(v) + (y - mean) ** 2 / v))
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         s2 = self.variance.value  # closed form
-        return -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2)
+        return require_finite("Gaussian variational_expectations: ((y - mean)^2 + var) / "
+                              "noise variance",
+                              -0.5 * (_LOG_2PI + jnp.log(s2) + ((y - mean) ** 2 + var) / s2))
 
     def super_gaussian(self, y):
         s2 = self.variance.value
