@@ -399,10 +399,11 @@ def test_regression_score_on_one_row_is_refused(fitted, name):
     (dict(random_state="seed"), "random_state"), (dict(random_state=-1), "random_state"),
     (dict(likelihood="student_t", df=[0.1, 0.2]), "df"),
     (dict(likelihood="student_t", df=1 + 1j), "df"),
-    (dict(likelihood="student_t", df=True), "df")])
+    (dict(likelihood="student_t", df=True), "df"),
+    (dict(max_iter=10**30), "max_iter must be at most 2147483647")])
 def test_bad_settings_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        GPRegressor(max_iter=2, **kwargs).fit(X2, _y_for("GPRegressor"))
+        GPRegressor(**{"max_iter": 2, **kwargs}).fit(X2, _y_for("GPRegressor"))
 
 
 def test_student_t_with_df_at_most_2_has_no_std_but_has_intervals():
@@ -414,3 +415,25 @@ def test_student_t_with_df_at_most_2_has_no_std_but_has_intervals():
         est.predict(X2[:3], return_std=True)
     lower, upper = est.predict_interval(X2[:3], level=0.9)
     assert np.all(np.isfinite(lower)) and np.all(upper > lower)
+
+
+@pytest.mark.parametrize("make", [lambda: GPClassifier(batch_size=8, max_iter=2000,
+                                                        random_state=0),
+                                  lambda: GPCountRegressor(batch_size=8, max_iter=2000)],
+                         ids=["GPClassifier", "GPCountRegressor"])
+def test_explicit_batch_size_on_few_rows_uses_minibatches(make):
+    """batch_size < n rows with n <= n_inducing (so no sparse model by default) was an
+    error naming no argument ('VGP is full batch'): minibatches now run on the sparse
+    model with an inducing point at every unique input (initially), whose optimum is the
+    full model's (oracle: the full-batch fit of the same estimator)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 2))
+    y = (X[:, 0] > 0).astype(int) if "Classifier" in type(make()).__name__ \
+        else rng.poisson(np.exp(0.5 * X[:, 0]))
+    est = _fit(make(), X, y)
+    assert est.posterior_.model.num_inducing == 24
+    assert est.history_.n_iter == 2000  # minibatch steps
+    full = _fit(type(make())(), X, y)
+    mine = est.predict_proba(X)[:, 1] if hasattr(est, "predict_proba") else est.predict(X)
+    ref = full.predict_proba(X)[:, 1] if hasattr(full, "predict_proba") else full.predict(X)
+    np.testing.assert_allclose(mine, ref, rtol=0.1, atol=0.05)

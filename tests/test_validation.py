@@ -92,11 +92,11 @@ def test_duplicated_inputs_with_zero_noise_kernel_raise_not_nan():
 
 
 def test_restart_options_are_checked():
-    with pytest.raises(ValueError, match="n_restarts must be >= 0"):
+    with pytest.raises(ValueError, match="n_restarts must be an integer >= 0"):
         agp.fit(model(), X, y, n_restarts=-1, key=jax.random.key(0))
     with pytest.raises(ValueError, match="optimizer must be"):
         agp.fit(model(), X, y, optimizer="sgdx")
-    with pytest.raises(ValueError, match="max_iter must be >= 0"):
+    with pytest.raises(ValueError, match="max_iter must be an integer >= 0"):
         agp.fit(model(), X, y, max_iter=-1)
 
 

@@ -287,7 +287,11 @@ class _GPEstimator(BaseEstimator):
             M = (500 if n > 2000 else None) if gaussian else 100
         else:
             M = _positive_int(self.n_inducing, "n_inducing")
-        sparse = M is not None and n > M
+        # an explicit batch_size below n means minibatches, which need the sparse model
+        # (with n <= M inducing points at the unique inputs it is the full one)
+        batch = None if gaussian else _check_batch(self.batch_size)
+        minibatch = isinstance(batch, int) and batch < n
+        sparse = (M is not None and n > M) or minibatch
         max_iter = _positive_int(self.max_iter, "max_iter")
         key = jax.random.key(self._seed())
         kernel = self._kernel(d)
@@ -298,7 +302,8 @@ class _GPEstimator(BaseEstimator):
                              f"{type(likelihood).__name__} is not (use 'auto' or 'quadrature')")
         q = "natural_whitened" if augmented else "whitened"
         if sparse:
-            Z = _inducing.kmeans(Xs, min(M, len(np.unique(Xs, axis=0))), key)
+            unique = np.unique(Xs, axis=0)
+            Z = unique if M is None or len(unique) <= M else _inducing.kmeans(Xs, M, key)
             model = (SGPR(kernel, Z, likelihood=likelihood) if gaussian
                      else SVGP(kernel, likelihood, Z, q=q))
         else:

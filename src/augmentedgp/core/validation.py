@@ -158,10 +158,11 @@ MAX_COUNT = 2**31 - 1
 
 
 def check_int(value: object, name: str, low: int = 1, allow_none: bool = False,
-              high: int | None = None) -> int | None:
-    """``value`` as an int >= ``low`` (and <= ``high`` if given; an integral float such as
-    3.0 is accepted; booleans, strings and fractions are not), or None if ``allow_none``; a
-    ValueError naming the argument otherwise."""
+              high: int = MAX_COUNT) -> int | None:
+    """``value`` as an int in [``low``, ``high``] (an integral float such as 3.0 is
+    accepted; booleans, strings and fractions are not; the default ``high`` is the largest
+    32-bit loop counter), or None if ``allow_none``; a ValueError naming the argument
+    otherwise."""
     if value is None and allow_none:
         return None
     ok = (not isinstance(value, bool | np.bool_) and isinstance(value, numbers.Real)
@@ -170,7 +171,7 @@ def check_int(value: object, name: str, low: int = 1, allow_none: bool = False,
         bound = "a positive integer" if low == 1 else f"an integer >= {low}"
         raise ValueError(f"{name} must be {bound}{' or None' if allow_none else ''}, "
                          f"got {value!r}")
-    if high is not None and value > high:
+    if value > high:
         raise ValueError(f"{name} must be at most {high}, got {value!r}")
     return int(value)
 

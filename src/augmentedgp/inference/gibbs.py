@@ -62,7 +62,6 @@ from augmentedgp.core import linalg
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
 from augmentedgp.core.validation import (
-    MAX_COUNT,
     MAX_VALUES,
     check_int,
     check_key,
@@ -103,7 +102,7 @@ class GibbsSampling(eqx.Module):
         for name, low in (("n_samples", 1), ("n_chains", 1), ("burn_in", 0), ("thin", 1),
                           ("hyper_every", 0)):
             # static: a plain int (6.0, np.int64(6))
-            value = check_int(getattr(self, name), name, low, high=MAX_COUNT)
+            value = check_int(getattr(self, name), name, low)
             object.__setattr__(self, name, value)
         if self.n_samples * self.n_chains > MAX_VALUES:
             raise ValueError(f"n_samples * n_chains = {self.n_samples * self.n_chains} draws "

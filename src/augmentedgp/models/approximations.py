@@ -18,7 +18,7 @@ from jaxtyping import Array, Float, Int
 
 from augmentedgp.core import linalg
 from augmentedgp.core.linalg import site_alpha, system_factor
-from augmentedgp.core.validation import MAX_COUNT, check_int, check_real
+from augmentedgp.core.validation import check_int, check_real
 from augmentedgp.likelihoods.binary import Probit
 from augmentedgp.likelihoods.robust import Gaussian
 
@@ -36,7 +36,7 @@ def check_settings(approximation, **settings):
     integer, a real >= 0; ValueErrors name the setting) and store them as plain Python
     numbers (they are static fields)."""
     for name, value in settings.items():
-        value = (check_int(value, name, high=MAX_COUNT) if name != "tol"
+        value = (check_int(value, name) if name != "tol"
                  else check_real(value, name, low=0.0))
         object.__setattr__(approximation, name, value)
 

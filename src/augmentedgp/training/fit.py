@@ -57,13 +57,6 @@ class _FitSettings(NamedTuple):
     tol: float | None
 
 
-def _count(value, name):
-    """An integer >= 0 (a ValueError naming ``name`` otherwise)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return check_int(value, name, low=0)
-
-
 def _check_settings(*, optimizer, max_iter, learning_rate, tol, n_restarts, key, callback,
                     verbose, patience, chunk_size, window, hyper_every) -> _FitSettings:
     """The settings of :func:`fit`, checked once for every model and inference: a
@@ -81,7 +74,8 @@ def _check_settings(*, optimizer, max_iter, learning_rate, tol, n_restarts, key,
         raise TypeError(f"verbose must be a bool, got {type(verbose).__name__} {verbose!r}")
     check_key(key, "key", allow_none=True)
     return _FitSettings(
-        max_iter=_count(max_iter, "max_iter"), n_restarts=_count(n_restarts, "n_restarts"),
+        max_iter=check_int(max_iter, "max_iter", low=0),
+        n_restarts=check_int(n_restarts, "n_restarts", low=0),
         patience=check_int(patience, "patience"), chunk_size=check_int(chunk_size, "chunk_size"),
         window=check_int(window, "window"), hyper_every=check_int(hyper_every, "hyper_every"),
         learning_rate=None if learning_rate is None else check_positive(learning_rate,
