@@ -3,9 +3,9 @@ at its full size (>= 10,000 generated cases in all), one entry point per process
 table of outcomes per entry point -- cases, finite results, typed errors, failures by kind,
 hangs -- and every distinct failure with its smallest case.
 
-    python benchmarks/adversarial.py                       # the full run (hours on one core)
+    python benchmarks/adversarial.py                       # the full run (~20 min on one core)
     python benchmarks/adversarial.py --minutes 5 --entries fit_gp predict
-    python benchmarks/adversarial.py --table-only run.jsonl   # re-tabulate a recorded run
+    python benchmarks/adversarial.py --record run.jsonl --table-only   # re-tabulate a run
 
 Each entry point runs in its own process (``pytest -n 0``, one core) that appends one JSON
 line per case to the record file; a case still open when its process died (the per-case
