@@ -707,7 +707,7 @@ def test_invalid_targets_are_rejected_with_a_clear_message(lik, bad, msg):
     (lambda: L.Matern32(scale=0.0), "Matern-3/2 noise scale must be > 0"),
     (lambda: L.Matern32(scale=np.nan), "Matern-3/2 noise scale must be finite"),
     (lambda: L.LogisticPoisson(rate=-1.0), "Poisson maximum rate must be > 0"),
-    (lambda: L.StudentT(df=0.0), "degrees of freedom must be > 0"),
+    (lambda: L.StudentT(df=0.0), "degrees of freedom df must be > 0"),
     (lambda: L.StudentT(scale=-0.5), "Student-t scale must be > 0"),
     (lambda: L.Laplace(scale=0.0), "Laplace scale must be > 0"),
     (lambda: L.NegativeBinomial(r=-2.0), "dispersion r must be > 0"),

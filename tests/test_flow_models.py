@@ -744,10 +744,11 @@ def test_flow_model_errors():
     LR = agp.contrib.bayesian.LogisticRegression
     with pytest.raises(ValueError, match="labels"):
         LR(X, np.array([0, 2] * 5))
-    with pytest.raises(ValueError, match="shape"):
-        LR(X, y[:, None])
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"y must be 1-D of shape \(n,\)"):
+        LR(X, np.c_[y, y])
+    with pytest.raises(ValueError, match="y has 9 entries but X has 10 rows"):
         LR(X, y[:9])
+    np.testing.assert_array_equal(LR(X, y[:, None]).data[1], LR(X, y).data[1])  # a column
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="prior_var"):
             LR(X, y, prior_var=bad)
