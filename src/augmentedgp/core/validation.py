@@ -18,7 +18,7 @@ def as_real(value: npt.ArrayLike, name: str, what: str) -> np.ndarray:
         arr = np.asarray(value)
         real = not np.iscomplexobj(arr)
         if real:
-            arr = arr.astype(float)
+            arr = arr.astype(float, copy=False)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{name} must be {what}: {err}") from None
     if not real:
@@ -121,7 +121,7 @@ def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     arr = np.asarray(y)
     if arr.dtype.kind in "bO":  # booleans; numbers in an object array
         try:
-            arr = arr.astype(float)
+            arr = arr.astype(float, copy=False)
         except (TypeError, ValueError):
             pass
     if arr.dtype.kind not in "iuf":
