@@ -7,6 +7,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import erf, gammaln, log_ndtr
 
 import augmentedgp.likelihoods.base as base
@@ -32,10 +33,10 @@ class Gaussian(Likelihood, ScaleMixture):
     variance: Parameter
 
     def __init__(self, variance=1.0):
-        if not isinstance(variance, Parameter) and jnp.ndim(variance) != 0:
+        if not isinstance(variance, Parameter) and np.ndim(variance) != 0:
             raise ValueError(
                 f"noise variance must be a scalar, got an array of shape "
-                f"{jnp.shape(variance)}: per-point noise has no value at new inputs; for noise "
+                f"{np.shape(variance)}: per-point noise has no value at new inputs; for noise "
                 "that varies with x use likelihoods.HeteroscedasticGaussian (VGP or SVGP)")
         self.variance = base.scalar_positive(variance, "noise variance")
 
