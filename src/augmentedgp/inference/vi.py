@@ -50,7 +50,10 @@ def _check_natural(natural) -> bool:
 
 class QuadratureVI(VariationalInference):
     """Variational inference for SVGP and VGP on the full batch, with one-dimensional
-    Gauss-Hermite expectations of log p(y|f) (``n_points`` nodes).
+    numerical expectations of log p(y|f): each likelihood's ``variational_expectations`` at
+    its default accuracy (Gauss-Hermite, 20 nodes for most; 64 for the negative binomial,
+    Gamma and Beta; a 256-node trapezoid rule in log w for the Student-t), or with
+    ``n_points`` nodes.
 
     With ``natural=True`` (default) each iteration takes an Adam step on the
     hyperparameters and inducing inputs, then a natural-gradient step of size
@@ -59,11 +62,11 @@ class QuadratureVI(VariationalInference):
     with ``natural=False`` the optimizer moves q(u) too ("Adam optimisation").
     """
 
-    n_points: int = eqx.field(static=True, default=20)
+    n_points: int | None = eqx.field(static=True, default=None)
 
-    def __init__(self, step_size=1.0, *, natural: bool = True, n_points: int = 20):
+    def __init__(self, step_size=1.0, *, natural: bool = True, n_points: int | None = None):
         self.step_size, self.natural = as_schedule(step_size), _check_natural(natural)
-        self.n_points = check_int(n_points, "n_points")
+        self.n_points = check_int(n_points, "n_points", allow_none=True)
         self.batch_size = None
 
     def expectations(self, likelihood: Likelihood, y: Shaped[Array, " n"],
@@ -87,7 +90,7 @@ class QuadratureSVI(QuadratureVI):
     step size defaults to 0.1; pass a schedule (``RobbinsMonro``, ``Warmup``) to decay it."""
 
     def __init__(self, batch_size: int, step_size=0.1, *, natural: bool = True,
-                 n_points: int = 20):
+                 n_points: int | None = None):
         super().__init__(step_size, natural=natural, n_points=n_points)
         self._set_batch_size(batch_size)
 
@@ -108,8 +111,8 @@ class AnalyticVI(VariationalInference):
     ``objective`` is the bound those hyperparameter steps climb (and the history records):
     ``"augmented"`` (default) the augmented bound at the optimal q(w), every expectation in
     closed form; ``"exact"`` the plain ELBO, E_q[log p(y | f)] by the likelihood's
-    ``variational_expectations`` (Gauss-Hermite with ``n_points`` nodes; Monte Carlo for
-    the multi-class terms) -- tight where the augmented bound's Jensen gap
+    ``variational_expectations`` at its default accuracy (``n_points``: its node count
+    instead; Monte Carlo for the multi-class terms) -- tight where the augmented bound's Jensen gap
     E_q[log phi(h^2)] - log phi(E_q[h^2]) ([Galy-Fajou2020, App. A.4.3]) penalises latent
     variance and so biases the kernel. q(u) takes the same closed-form augmented steps
     either way.
@@ -117,16 +120,18 @@ class AnalyticVI(VariationalInference):
 
     psd_sites = True  # gamma = 2 E[w] b^2 >= 0
     objective: str = eqx.field(static=True, default="augmented")
-    n_points: int = eqx.field(static=True, default=20)
+    n_points: int | None = eqx.field(static=True, default=None)
 
-    def __init__(self, step_size=1.0, *, objective: str = "augmented", n_points: int = 20):
+    def __init__(self, step_size=1.0, *, objective: str = "augmented",
+                 n_points: int | None = None):
         self.step_size = as_schedule(step_size)
         self._set_objective(objective, n_points)
 
     def _set_objective(self, objective, n_points):
         if not isinstance(objective, str) or objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        self.objective, self.n_points = objective, check_int(n_points, "n_points")
+        self.objective = objective
+        self.n_points = check_int(n_points, "n_points", allow_none=True)
 
     def check(self, model):
         super().check(model)
@@ -163,7 +168,7 @@ class AnalyticSVI(AnalyticVI):
     omits the scaling and interpolates the mean and covariance instead)."""
 
     def __init__(self, batch_size: int, step_size=None, *, objective: str = "augmented",
-                 n_points: int = 20):
+                 n_points: int | None = None):
         super().__init__(RobbinsMonro() if step_size is None else step_size,
                          objective=objective, n_points=n_points)
         self._set_batch_size(batch_size)

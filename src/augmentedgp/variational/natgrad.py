@@ -33,7 +33,7 @@ from augmentedgp.variational.families import SiteQ, map_latents
 _MAX_HALVINGS = 30
 
 
-def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int = 20, key=None):
+def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int | None = None, key=None):
     """(beta, gamma) from the derivatives of E_q[log p(y|f)] at the current marginals."""
     gm, gv = jax.grad(lambda m, v: jnp.sum(likelihood.variational_expectations(y, m, v, n, key)),
                       (0, 1))(mean, var)
