@@ -330,6 +330,10 @@ def test_logistic_augmentation_gap_closed_form(n_steps):
     assert gap > 0.1
     # elbo() uses 20-point Gauss-Hermite for E log sigmoid: 3e-10 per point at v = 1.3
     np.testing.assert_allclose(post.augmentation_gap(), gap, rtol=1e-6)
+    per_point = post.augmentation_gap(per_point=True)  # the same terms, one per point
+    np.testing.assert_allclose(per_point, log_cosh(0.5 * c) - e_lc, rtol=1e-6, atol=1e-9)
+    assert per_point.shape == (len(y),) and np.all(per_point >= -1e-12)
+    np.testing.assert_allclose(per_point.sum(), post.augmentation_gap(), rtol=1e-12)
     Kmm = matern52(ZGRID, ZGRID)
     Lmm = jnp.asarray(np.linalg.cholesky(Kmm))
     mu, S = (np.asarray(a) for a in model.q.mean_cov(jnp.asarray(Kmm), Lmm))
