@@ -52,14 +52,15 @@ class Standardizer:
         if data.ndim not in (1, 2) or data.shape[0] == 0:
             raise ValueError(f"{name} must be a 1-D or 2-D array with at least one row, got "
                              f"shape {data.shape}")
-        k = np.frexp(np.max(np.abs(data), axis=0))[1]
+        hi, lo = np.max(data, axis=0), np.min(data, axis=0)
+        k = np.frexp(np.maximum(np.abs(hi), np.abs(lo)))[1]
         U = np.ldexp(data, -k)
-        constant = np.max(data, axis=0) == np.min(data, axis=0)
+        constant = hi == lo
         # a constant column: its value exactly (the mean of equal numbers may round)
         mean = np.where(constant, data[0], np.ldexp(U.mean(axis=0), k))
         sd = np.ldexp(U.std(axis=0), k)
         with np.errstate(over="ignore"):
-            spread = np.ldexp(np.max(data, axis=0) * 0.5 - np.min(data, axis=0) * 0.5, 1)
+            spread = np.ldexp(hi * 0.5 - lo * 0.5, 1)
         bad = np.atleast_1d(~np.isfinite(spread) | (~constant & (sd < np.finfo(float).tiny)))
         if np.any(bad):
             j = int(np.flatnonzero(bad)[0])

@@ -289,8 +289,8 @@ class _GPEstimator(BaseEstimator):
             M = _positive_int(self.n_inducing, "n_inducing")
         # an explicit batch_size below n means minibatches, which need the sparse model
         # (with n <= M inducing points at the unique inputs it is the full one)
-        batch = None if gaussian else _check_batch(self.batch_size)
-        minibatch = isinstance(batch, int) and batch < n
+        batch = _check_batch(self.batch_size)  # validated even where unused (Gaussian)
+        minibatch = not gaussian and isinstance(batch, int) and batch < n
         sparse = (M is not None and n > M) or minibatch
         max_iter = _positive_int(self.max_iter, "max_iter")
         key = jax.random.key(self._seed())
@@ -311,7 +311,6 @@ class _GPEstimator(BaseEstimator):
         if frozen:
             model = _frozen(model)
         if gaussian:
-            _check_batch(self.batch_size)  # not used: validated all the same
             inference, iters = None, max_iter or 200
             self.posterior_ = _fit(model, Xs, y, inference, max_iter=iters, key=key,
                                    verbose=bool(self.verbose))
