@@ -405,11 +405,13 @@ def test_augmented_term_at_zero_variance_is_the_log_density():
 def test_full_batch_svi_step_is_the_cavi_step():
     """fit treats batch_size >= n as the full batch (scale 1, no shuffling), so
     AnalyticSVI(n, step_size=1) and AnalyticVI() both take exactly the CAVI step of the
-    direct building blocks (seed 000 part 1 section 3.6: "s = n with rho = 1 is CAVI")."""
+    direct building blocks (seed 000 part 1 section 3.6: "s = n with rho = 1 is CAVI"); with
+    the augmented objective the history records the augmented bound."""
     model, X, y, _ = cavi("Logistic", "whitened", 0)
     one, _, _, tr = cavi("Logistic", "whitened", 1)
     ref1, refP = whitened(one)
-    for inference in (agp.AnalyticSVI(batch_size=len(y), step_size=1.0), agp.AnalyticVI()):
+    for inference in (agp.AnalyticSVI(batch_size=len(y), step_size=1.0, objective="augmented"),
+                      agp.AnalyticVI(objective="augmented")):
         post = agp.fit(model, X, y, inference, max_iter=1, chunk_size=1)
         t1, P = whitened(post.model)
         np.testing.assert_allclose(t1, ref1, rtol=1e-10, atol=1e-10 * np.max(np.abs(ref1)))

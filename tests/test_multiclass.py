@@ -565,11 +565,12 @@ def test_vgp_cavi_fixed_point_is_thesis_algorithm_5():
 
 def test_full_batch_svi_step_with_string_labels_is_the_cavi_step():
     """fit with AnalyticSVI(batch_size = n, step_size = 1) takes exactly one CAVI step of the
-    direct building blocks (every class at once) and reports the augmented bound before the
-    step as its objective -- here with string labels and classes in a non-sorted order, so
-    the fit on labels is the fit on their codes (a wrong label order permutes the classes
-    and changes q). The posterior speaks labels: predict_class returns them (training
-    accuracy 0.65 after this one step, measured, vs 0.37 for the majority class);
+    direct building blocks (every class at once) and, with the augmented objective, reports
+    the augmented bound before the step as its objective -- here with string labels and
+    classes in a non-sorted order, so the fit on labels is the fit on their codes (a wrong
+    label order permutes the classes and changes q). The posterior speaks labels:
+    predict_class returns them (training accuracy 0.65 after this one step, measured, vs
+    0.37 for the majority class);
     predict_log_density accepts them and is the log of predict_proba's column; an unseen
     label raises ValueError naming it."""
     classes = ["emu", "cat", "dog"]
@@ -577,7 +578,8 @@ def test_full_batch_svi_step_with_string_labels_is_the_cavi_step():
     one, _, _, aug, _ = cavi("natural_whitened", 1)
     names = np.array(classes)[codes]
     model = eqx.tree_at(lambda m: m.likelihood, model, LIK.LogisticSoftmax(classes))
-    post = agp.fit(model, X, names, agp.AnalyticSVI(batch_size=len(codes), step_size=1.0),
+    post = agp.fit(model, X, names, agp.AnalyticSVI(batch_size=len(codes), step_size=1.0,
+                                                    objective="augmented"),
                    max_iter=1, chunk_size=1)
     for field in ("theta1", "theta2"):
         got, want = (np.asarray(getattr(m.q, field).value) for m in (post.model, one))

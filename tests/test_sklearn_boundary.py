@@ -428,12 +428,14 @@ def test_explicit_batch_size_on_few_rows_uses_minibatches(make):
     model with an inducing point at every unique input (initially), whose optimum is the
     full model's (oracle: the full-batch fit of the same estimator; after 2,000 steps of
     batch 8 the hyperparameters are not quite there -- Poisson kernel variance 0.23 vs
-    0.37 -- so: probabilities within 0.05, measured <= 0.038 over seeds 0-3; count means
-    within 15 %, measured <= 10.3 %)."""
+    0.37 -- so: probabilities within 0.05, measured <= 0.040 over seeds 0-3; count means
+    within 15 %, measured <= 10.3 %). The labels are noisy: on separable ones the plain
+    ELBO grows without bound in the kernel variance, so no two fits stop at the same
+    point."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(24, 2))
-    y = (X[:, 0] > 0).astype(int) if "Classifier" in type(make()).__name__ \
-        else rng.poisson(np.exp(0.5 * X[:, 0]))
+    y = (X[:, 0] + rng.logistic(size=24) > 0).astype(int) \
+        if "Classifier" in type(make()).__name__ else rng.poisson(np.exp(0.5 * X[:, 0]))
     est = _fit(make(), X, y)
     assert est.posterior_.model.num_inducing == 24
     assert est.history_.n_iter == 2000  # minibatch steps

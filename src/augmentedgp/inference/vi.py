@@ -109,20 +109,25 @@ class AnalyticVI(VariationalInference):
     inducing inputs, likelihood parameters).
 
     ``objective`` is the bound those hyperparameter steps climb (and the history records):
-    ``"augmented"`` (default) the augmented bound at the optimal q(w), every expectation in
-    closed form; ``"exact"`` the plain ELBO, E_q[log p(y | f)] by the likelihood's
+    ``"exact"`` (default) the plain ELBO, E_q[log p(y | f)] by the likelihood's
     ``variational_expectations`` at its default accuracy (``n_points``: its node count
-    instead; Monte Carlo for the multi-class terms) -- tight where the augmented bound's Jensen gap
-    E_q[log phi(h^2)] - log phi(E_q[h^2]) ([Galy-Fajou2020, App. A.4.3]) penalises latent
-    variance and so biases the kernel. q(u) takes the same closed-form augmented steps
-    either way.
+    instead; Monte Carlo for the multi-class terms); ``"augmented"`` the augmented bound at
+    the optimal q(w), every expectation in closed form ([Galy-Fajou2020, Algorithm 1]).
+    The augmented bound's Jensen gap E_q[log phi(h^2)] - log phi(E_q[h^2])
+    ([Galy-Fajou2020, App. A.4.3]) penalises latent variance, so hyperparameters learned on
+    it shrink the kernel: on 3,000 rows of letter (5 classes, M = 100) the test NLL of the
+    logistic-softmax is 0.078 with ``"exact"`` against 0.128 with ``"augmented"`` full
+    batch, 0.056 against 0.125 with minibatches (benchmarks/RESULTS.md). q(u) takes the
+    same closed-form augmented steps either way: ``"exact"`` is a mixed fixed point (q(u)
+    optimal for the augmented bound, the hyperparameters stationary for the plain ELBO at
+    that q), close to but not at the plain ELBO's optimum.
     """
 
     psd_sites = True  # gamma = 2 E[w] b^2 >= 0
-    objective: str = eqx.field(static=True, default="augmented")
+    objective: str = eqx.field(static=True, default="exact")
     n_points: int | None = eqx.field(static=True, default=None)
 
-    def __init__(self, step_size=1.0, *, objective: str = "augmented",
+    def __init__(self, step_size=1.0, *, objective: str = "exact",
                  n_points: int | None = None):
         self.step_size = as_schedule(step_size)
         self._set_objective(objective, n_points)
@@ -143,9 +148,9 @@ class AnalyticVI(VariationalInference):
     def expectations(self, likelihood: Likelihood, y: Shaped[Array, " n"],
                      mean: Float[Array, " n *C"], var: Float[Array, " n *C"],
                      key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
-        """The data term of the hyperparameter objective: the augmented one at the optimal
-        q(w) (closed form: no key needed), or E_q[log p(y_i | f_i)] (``objective="exact"``;
-        ``key`` seeds Monte Carlo terms)."""
+        """The data term of the hyperparameter objective: E_q[log p(y_i | f_i)]
+        (``objective="exact"``; ``key`` seeds Monte Carlo terms), or the augmented one at the
+        optimal q(w) (``"augmented"``: closed form, no key needed)."""
         if self.objective == "exact":
             return likelihood.variational_expectations(y, mean, var, self.n_points, key)
         return likelihood.augmented_expectations(y, mean, var)
@@ -167,7 +172,7 @@ class AnalyticSVI(AnalyticVI):
     (t + 1)^-0.51 -- as in [Wenzel2019, eq. 12] (the printed [Galy-Fajou2020, Algorithm 3]
     omits the scaling and interpolates the mean and covariance instead)."""
 
-    def __init__(self, batch_size: int, step_size=None, *, objective: str = "augmented",
+    def __init__(self, batch_size: int, step_size=None, *, objective: str = "exact",
                  n_points: int | None = None):
         super().__init__(RobbinsMonro() if step_size is None else step_size,
                          objective=objective, n_points=n_points)

@@ -455,6 +455,9 @@ def fit(model, data, inference=None, *, target=None, features=None, client=None,
     contributing its rows of the batch), or the quadrature counterparts with natural steps.
     ``optimizer``, ``max_iter``, ``learning_rate``, ``tol``, ``key``, ``callback``,
     ``chunk_size``, ``window`` and ``hyper_every`` are those of :func:`augmentedgp.fit`.
+    The fit equals the single-machine one up to rounding, except where the objective has
+    Monte Carlo terms (the softmaxes): each partition draws for its own rows, so those draws
+    differ from the single machine's.
 
     ``data``: ``(X, y)`` as numpy arrays (split into ``n_partitions``, default two per
     worker) or dask arrays (their row chunks); a dask DataFrame with ``target`` (and
