@@ -461,10 +461,10 @@ def test_classifier_binary(clf):
 
 
 def test_classifier_augmented_against_quadrature(clf, clf_quadrature):
-    """The default binary fit is Polya-Gamma augmented VI (closed-form steps on q(u), the
-    hyperparameters on the plain ELBO); its ELBO is above its augmented bound and close to
-    (not above) the ELBO of quadrature VI on the same data, and the two fits predict
-    alike."""
+    """The default binary fit is Polya-Gamma augmented VI; its ELBO is above its augmented
+    bound and close to (not above) the ELBO of quadrature VI on the same data, and the two
+    fits predict alike (the augmented fit tunes the hyperparameters on the augmented bound,
+    which ends 0.7 nat lower on these 60 points, measured)."""
     aug, quad = clf.posterior_, clf_quadrature.posterior_
     assert isinstance(aug.likelihood, lik.Logistic)
     assert isinstance(aug.model.q, NaturalQ) and isinstance(quad.model.q, CholeskyQ)
@@ -472,8 +472,8 @@ def test_classifier_augmented_against_quadrature(clf, clf_quadrature):
     assert bound <= elbo
     assert elbo <= elbo_quad + 0.1
     assert elbo >= elbo_quad - 2.0
-    # the training objective of the default fit is the plain ELBO (not the augmented bound)
-    assert -clf.history_.objective[-1] == pytest.approx(elbo, abs=0.05)
+    # the training objective of the augmented fit was the augmented bound
+    assert -clf.history_.objective[-1] == pytest.approx(bound, abs=0.05)
     pa, pq = clf.predict_proba(XC)[:, 1], clf_quadrature.predict_proba(XC)[:, 1]
     assert np.max(np.abs(pa - pq)) < 0.2 and np.mean(np.abs(pa - pq)) < 0.05
     assert np.mean((pa > 0.5) == (pq > 0.5)) >= 0.9

@@ -26,7 +26,7 @@ from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
-from augmentedgp.inference.vi import QuadratureVI, VariationalInference
+from augmentedgp.inference.vi import QuadratureVI, VariationalInference, warn_if_loose
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
@@ -258,7 +258,9 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     state, hist = run_steps(vi_step, state, (setup, Xp, yp, w), to_model, max_iter=max_iter,
                             tol=tol, chunk_size=chunk_size, window=window, callback=callback,
                             verbose=verbose, monitor=monitor, patience=patience)
-    return SparsePosterior(to_model(state), Xa, ya, hist)
+    post = SparsePosterior(to_model(state), Xa, ya, hist)
+    warn_if_loose(inference, post)
+    return post
 
 
 def perturb(model, key, scale: float = 1.0):
