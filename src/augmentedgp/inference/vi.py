@@ -189,9 +189,10 @@ def warn_if_loose(inference, posterior) -> None:
     if gap > GAP_WARNING:
         warnings.warn(f"the augmented bound lies {gap:.3f} nats per point below the ELBO "
                       "(augmentation_gap()): hyperparameters learned on it may lose about as "
-                      "much test NLL per point; QuadratureVI / QuadratureSVI learn them on the "
-                      "ELBO (AnalyticVI(objective=\"exact\") too, at the augmented q(u): "
-                      "better in short fits, drifting in long ones)", UserWarning, stacklevel=4)
+                      "much test NLL per point; QuadratureVI / QuadratureSVI (estimators: "
+                      "inference=\"quadrature\") learn them on the ELBO "
+                      "(AnalyticVI(objective=\"exact\") too, at the augmented q(u): better in "
+                      "short fits, drifting in long ones)", UserWarning, stacklevel=4)
 
 
 class AnalyticSVI(AnalyticVI):
