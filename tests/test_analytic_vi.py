@@ -840,13 +840,14 @@ def test_hyperparameter_objective_is_the_bound_it_names(objective):
 def test_a_loose_augmented_fit_warns_naming_the_remedy():
     """A fit on the augmented objective warns when the mean augmentation gap per training
     point exceeds GAP_WARNING, naming the remedies; a fit on the plain ELBO
-    (objective="exact"), or one whose gap is small, does not. Oracle for the number in the
+    (objective="exact"), one whose gap is small, or one shorter than GAP_MIN_ITER (whose
+    gap measures its start) does not. Oracle for the number in the
     message: the posterior's own augmentation_gap() / n. Problems: 5 classes on 150 points
     with the logistic-softmax (gap 0.086 nats per point, measured) and a noisy binary
     logistic problem (0.005)."""
     import warnings
 
-    from augmentedgp.inference.vi import GAP_WARNING
+    from augmentedgp.inference.vi import GAP_MIN_ITER, GAP_WARNING
 
     rng = np.random.default_rng(0)
     n, C = 150, 5
@@ -864,4 +865,7 @@ def test_a_loose_augmented_fit_warns_naming_the_remedy():
         warnings.simplefilter("error")
         fit(LIK.LogisticSoftmax(C), y, objective="exact")
         small = fit(LIK.Logistic(), yb)
+        short = agp.fit(agp.VGP(agp.kernels.RBF(1.0, 1.0), LIK.LogisticSoftmax(C)), X, y,
+                        agp.AnalyticVI(), max_iter=GAP_MIN_ITER - 1)
     assert small.augmentation_gap() / n < GAP_WARNING
+    assert short.augmentation_gap() / n > GAP_WARNING
