@@ -1017,6 +1017,35 @@ REAL_ACC = {"letter": 0.85, "digits": 0.88}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["letter", pytest.param("digits", marks=pytest.mark.slow)])
+def test_classifier_multiclass_default_learns_hyperparameters_on_the_elbo(name, monkeypatch):
+    """GPClassifier() on more than two classes (logistic-softmax, full batch on 600 rows)
+    learns its hyperparameters on the plain ELBO: oracle, the same estimator with them on
+    the augmented bound, whose test NLL must be at least 1.25x the default's (measured
+    0.240 vs 0.172 on letter, 0.366 vs 0.265 on digits); on letter the default must also
+    be no worse than GPClassifier("softmax") (measured 0.397: the quadrature softmax
+    trained full batch with natural step 1 on Monte Carlo sites). On these 600 digits the
+    softmax is better (0.222), so no such check there."""
+    if name == "digits" and not FULL:
+        pytest.skip("reduced run (AGP_FULL_SLOW=1 adds digits)")
+    import augmentedgp.sklearn as estimators
+
+    Xtr, ytr, Xte, yte, _ = real_problem(name, 600, 400)
+
+    def nll(estimator):
+        P = estimator.fit(Xtr, ytr).predict_proba(Xte)
+        return -float(np.mean(np.log(P[np.arange(len(yte)), yte])))
+
+    default = nll(estimators.GPClassifier(random_state=0))
+    if name == "letter":
+        assert default <= nll(estimators.GPClassifier("softmax", random_state=0))
+    monkeypatch.setattr(estimators, "_objective", lambda likelihood: "augmented")
+    with pytest.warns(UserWarning, match="nats per point below the ELBO"):
+        augmented = nll(estimators.GPClassifier(random_state=0))
+    assert augmented >= 1.25 * default, (augmented, default)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["letter", pytest.param("digits", marks=pytest.mark.slow)])
 def test_analytic_svi_classifies_real_data_with_integer_labels(name):
     """AnalyticSVI (LogisticSoftmax, batch 100, Robbins-Monro steps, hyperparameters by Adam
     from RBF(sqrt(d), 1), M k-means inducing inputs fixed) on real data whose classes carry
