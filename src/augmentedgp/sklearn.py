@@ -215,6 +215,14 @@ def _objective(likelihood) -> str:
     return "exact" if isinstance(likelihood, _multi.LogisticSoftmax) else "augmented"
 
 
+def _quadrature_step(likelihood) -> float:
+    """QuadratureVI's full-batch natural step for the estimators: 1 (Newton-like on one
+    latent function), 0.5 for several (the softmax's sites overshoot at 1: on 1,000 rows of
+    letter, 5 classes, M = 100, 500 steps, the objective oscillated between 318 and 418 and
+    the test NLL was 0.216; 0.122 with step 0.5, 0.120 with 0.2)."""
+    return 0.5 if isinstance(likelihood, _multi.MultiLatent) else 1.0
+
+
 def _check_batch(batch_size):
     if isinstance(batch_size, str) and batch_size == "auto":
         return batch_size
@@ -332,7 +340,8 @@ class _GPEstimator(BaseEstimator):
             plan = _vi_plan(n, sparse, self.batch_size, max_iter)
             vi = ((functools.partial(AnalyticSVI, objective=_objective(likelihood)),
                    functools.partial(AnalyticVI, objective=_objective(likelihood)))
-                  if augmented else (QuadratureSVI, QuadratureVI))
+                  if augmented else (QuadratureSVI, functools.partial(
+                      QuadratureVI, _quadrature_step(likelihood))))
             inference = vi[0](plan.batch_size) if plan.batch_size else vi[1]()
             self.posterior_ = _fit(model, Xs, y, inference, max_iter=plan.max_iter, key=key,
                                    verbose=bool(self.verbose), **plan.stopping)
@@ -647,7 +656,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
     where the likelihood allows it, quadrature VI otherwise), "analytic" or "quadrature"; the
     augmented multi-class fit learns its hyperparameters on the plain ELBO
     (``objective="exact"``: on letter and digits its test NLL was 0.7x that of the augmented
-    bound's). Other parameters as in :class:`GPRegressor`. ``predict_proba`` integrates the class
+    bound's); a full-batch quadrature fit of several latent functions takes natural steps of
+    0.5. Other parameters as in :class:`GPRegressor`. ``predict_proba`` integrates the class
     probabilities over the posterior of the latent functions.
     """
 
