@@ -338,10 +338,12 @@ class _GPEstimator(BaseEstimator):
             history = self.posterior_.history
         else:
             plan = _vi_plan(n, sparse, self.batch_size, max_iter)
-            vi = ((functools.partial(AnalyticSVI, objective=_objective(likelihood)),
-                   functools.partial(AnalyticVI, objective=_objective(likelihood)))
-                  if augmented else (QuadratureSVI, functools.partial(
-                      QuadratureVI, _quadrature_step(likelihood))))
+            if augmented:
+                objective = _objective(likelihood)
+                vi = (functools.partial(AnalyticSVI, objective=objective),
+                      functools.partial(AnalyticVI, objective=objective))
+            else:
+                vi = (QuadratureSVI, functools.partial(QuadratureVI, _quadrature_step(likelihood)))
             inference = vi[0](plan.batch_size) if plan.batch_size else vi[1]()
             self.posterior_ = _fit(model, Xs, y, inference, max_iter=plan.max_iter, key=key,
                                    verbose=bool(self.verbose), **plan.stopping)

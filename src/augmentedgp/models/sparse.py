@@ -630,27 +630,27 @@ class SparsePosterior(FittedPosterior):
         """The SVGP evidence lower bound on the full training data (``augmented=True``: the
         augmented model's bound at the optimal q(w), see :meth:`SVGP.elbo`)."""
         _check_augmented(self.likelihood, augmented)
+        self._check_training_data()
+        return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
+
+    def _check_training_data(self):
         if self.X is None:
             raise ValueError("this posterior holds no training data (fitted by "
                              "augmentedgp.training.distributed.fit); use model.elbo(X, y) on "
                              "the data")
-        return float(_elbo_jit(self.model, self.X, self.y, 1.0, augmented))
 
     def augmentation_gap(self, per_point: bool = False) -> float | np.ndarray:
         """elbo() - elbo(augmented=True) = sum_i E_q[log phi(h_i^2)] - log phi(E_q[h_i^2])
         >= 0: how much the augmented bound gives away at this q(f)
         ([Galy-Fajou2020, App. A.4.3]); with ``per_point`` the n terms of that sum,
         E_q[log p(y_i | f_i)] minus the augmented data term at the optimal q(w_i) (the KL
-        terms cancel). A gap that is a large part of |elbo()| is what biases
-        hyperparameters learned on the augmented bound: ``AnalyticVI(objective="exact")``
-        learns them on elbo() instead."""
-        if not per_point:
-            return self.elbo() - self.elbo(augmented=True)
+        terms cancel, so the total is their sum: one pass over the data). A large gap per
+        point is what biases hyperparameters learned on the augmented bound (QuadratureVI
+        learns them on elbo())."""
         _check_augmented(self.likelihood, True)
-        if self.X is None:
-            raise ValueError("this posterior holds no training data (fitted by "
-                             "augmentedgp.training.distributed.fit)")
-        return np.asarray(_gap_per_point(self.model, self.X, self.y))
+        self._check_training_data()
+        gap = np.asarray(_gap_per_point(self.model, self.X, self.y))
+        return gap if per_point else float(np.sum(gap))
 
     @property
     def inducing(self) -> Float[Array, "M d"]:
