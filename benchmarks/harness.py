@@ -435,6 +435,9 @@ class AgpRunner(Runner):
     def __init__(self, data, model, inference, *, predict, lr=0.01, chunk=50):
         self.data, self.model0, self.model, self.inference = data, model, model, inference
         self.predict, self.lr, self.chunk, self.calls = predict, lr, chunk, 0
+        # objective="tight" splits max_iter between its stages: a time budget is given to it
+        # as the iterations that fit in it at the measured rate, as a user would set max_iter
+        self.staged = getattr(inference, "objective", None) == "tight"
 
     def _fit(self, n, callback=None):
         self.calls += 1  # a new minibatch key per call
@@ -447,6 +450,8 @@ class AgpRunner(Runner):
         post = self._fit(self.chunk)  # compiles the scan chunk
         if post.history.n_iter < self.chunk:
             raise Diverged(post.history.message)
+        if self.staged:  # iterations per second over both stages (and their compilation)
+            self.rate = 4 * self.chunk / self.time_steps(4 * self.chunk)
         self.model = post.model
         self.check(score, self.chunk)  # compiles the prediction and the scoring
         self.model = self.model0
@@ -478,13 +483,15 @@ class AgpRunner(Runner):
                 st["stop"] = f"non-finite test NLL at iteration {it}"
             return bool(stop) or done
 
-        post = self._fit(schedule.max_iter, callback)
+        max_iter = (int(self.rate * schedule.times[-1]) if self.staged and schedule.times
+                     else schedule.max_iter)
+        post = self._fit(max_iter, callback)
         if st["stop"] or post.history.message == "stopped by callback":
             return st["stop"]
         self.model = post.model
         if st["last"] != post.history.n_iter:
             on_eval(post.history.n_iter, time.perf_counter() - st["t0"] - st["paused"])
-        return None if post.history.n_iter == schedule.max_iter else post.history.message
+        return None if post.history.n_iter == max_iter else post.history.message
 
 
 class StepRunner(Runner):

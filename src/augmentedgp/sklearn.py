@@ -45,7 +45,13 @@ from augmentedgp.core.params import fixed, is_parameter, positive
 from augmentedgp.core.quadrature import hermite_nodes
 from augmentedgp.core.validation import check_finite, check_int, check_vector, check_y
 from augmentedgp.datasets import Standardizer
-from augmentedgp.inference.vi import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
+from augmentedgp.inference.vi import (
+    AnalyticSVI,
+    AnalyticVI,
+    QuadratureSVI,
+    QuadratureVI,
+    quadrature_step,
+)
 from augmentedgp.models import inducing as _inducing
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sparse import SGPR, SVGP, VGP
@@ -215,14 +221,6 @@ def _objective(likelihood) -> str:
     return "exact" if isinstance(likelihood, _multi.LogisticSoftmax) else "augmented"
 
 
-def _quadrature_step(likelihood) -> float:
-    """QuadratureVI's full-batch natural step for the estimators: 1 (Newton-like on one
-    latent function), 0.5 for several (the softmax's sites overshoot at 1: on 1,000 rows of
-    letter, 5 classes, M = 100, 500 steps, the objective oscillated between 318 and 418 and
-    the test NLL was 0.216; 0.122 with step 0.5, 0.120 with 0.2)."""
-    return 0.5 if isinstance(likelihood, _multi.MultiLatent) else 1.0
-
-
 def _check_batch(batch_size):
     if isinstance(batch_size, str) and batch_size == "auto":
         return batch_size
@@ -235,16 +233,13 @@ def _joined(first, second) -> History:
     changed the full objective by less than FINISH_TOL (relative; the first full-batch step
     moves q(u) from the minibatch estimate to its optimum given all the data, a jump that
     says nothing about convergence)."""
-    cat = lambda a, b: None if a is None or b is None else np.concatenate([a, b])
     f = second.objective
     settled = abs(f[-1] - f[f.size // 2]) / (abs(f[f.size // 2]) + 1.0) < FINISH_TOL
     message = (f"{first.message}; then {f.size} full-batch iterations (relative change of "
                f"the objective over the last {f.size - f.size // 2} "
                f"{'below' if settled else 'above'} {FINISH_TOL:g})")
-    return History(np.concatenate([first.objective, f]),
-                   np.concatenate([first.wall_time, first.wall_time[-1:] + second.wall_time]),
-                   bool(first.converged or settled), message,
-                   step_size=cat(first.step_size, second.step_size))
+    return dataclasses.replace(first.then(second, "full batch"),
+                               converged=bool(first.converged or settled), message=message)
 
 
 def _store_params(estimator, params):
@@ -343,7 +338,7 @@ class _GPEstimator(BaseEstimator):
                 vi = (functools.partial(AnalyticSVI, objective=objective),
                       functools.partial(AnalyticVI, objective=objective))
             else:
-                vi = (QuadratureSVI, functools.partial(QuadratureVI, _quadrature_step(likelihood)))
+                vi = (QuadratureSVI, functools.partial(QuadratureVI, quadrature_step(likelihood)))
             inference = vi[0](plan.batch_size) if plan.batch_size else vi[1]()
             self.posterior_ = _fit(model, Xs, y, inference, max_iter=plan.max_iter, key=key,
                                    verbose=bool(self.verbose), **plan.stopping)

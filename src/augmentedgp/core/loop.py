@@ -47,6 +47,18 @@ class History:
     def n_iter(self) -> int:
         return int(self.objective.shape[0])
 
+    def then(self, later: History, label: str) -> History:
+        """This history followed by ``later``'s, a later stage of the same fit (its wall
+        times counted on, ``label`` naming it in the message); ended as ``later`` ended."""
+        cat = lambda a, b: None if a is None or b is None else np.concatenate([a, b])
+        start = self.wall_time[-1] if self.wall_time.size else 0.0
+        return History(np.concatenate([self.objective, later.objective]),
+                       np.concatenate([self.wall_time, start + later.wall_time]),
+                       later.converged, f"{self.message}; then {label}: {later.message}",
+                       self.restarts + later.restarts,
+                       cat(self.step_size, later.step_size),
+                       cat(self.validation, later.validation))
+
 
 def _relative_change(values, window):
     if len(values) < 2 * window:

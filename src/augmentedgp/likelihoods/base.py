@@ -169,8 +169,8 @@ def kinked_expectation(fn, mean, var, kinks, n: int = 20, log: bool = False):
     mean, var, _ = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float),
                                         kinks[..., 0])
     kinks = jnp.broadcast_to(kinks, mean.shape + kinks.shape[-1:])
-    s = jnp.sqrt(jnp.maximum(var, 0.0))
-    pos = s > 0.0
+    pos = var > 0.0
+    s = jnp.where(pos, jnp.sqrt(jnp.where(pos, var, 1.0)), 0.0)  # finite gradient at var = 0
     zk = jnp.where(pos[..., None], (kinks - mean[..., None]) / jnp.where(pos, s, 1.0)[..., None],
                    -12.0)
     grid = jnp.broadcast_to(jnp.asarray(_PANEL_Z), mean.shape + (len(_PANEL_Z),))
@@ -179,7 +179,11 @@ def kinked_expectation(fn, mean, var, kinks, n: int = 20, log: bool = False):
     half = 0.5 * (z[..., 1:] - z[..., :-1])
     zz = 0.5 * (z[..., 1:] + z[..., :-1])[..., None] + half[..., None] * x  # (..., P, n)
     f = mean[..., None, None] + s[..., None, None] * zz
-    log_weight = jnp.log(w * half[..., None]) - 0.5 * zz**2 - 0.5 * _LOG_2PI
+    # empty panels (a kink on a grid point, or clipped to +-12) have weight 0: log(0) would
+    # make the gradient NaN, so they are masked with a double where
+    empty = half[..., None] <= 0.0
+    log_width = jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, 1.0, w * half[..., None])))
+    log_weight = log_width - 0.5 * zz**2 - 0.5 * _LOG_2PI
     if log:
         return jax.scipy.special.logsumexp(fn(f) + log_weight, axis=(-2, -1))
     return jnp.sum(fn(f) * jnp.exp(log_weight), axis=(-2, -1))

@@ -525,6 +525,10 @@ def _check(model, inference, hyper_every, max_iter):
         raise ValueError("distributed.fit needs AnalyticVI, AnalyticSVI, QuadratureVI or "
                          f"QuadratureSVI with natural steps, got {inference!r}")
     inference.check(model)
+    if isinstance(inference, AnalyticVI) and inference.objective == "tight":
+        raise ValueError("objective=\"tight\" runs two fits in turn; here run them yourself: "
+                         "fit with objective=\"augmented\", then fit the result's model with "
+                         "QuadratureVI / QuadratureSVI (inference.vi.tight_stage)")
     if isinstance(model.q, SiteQ):
         raise ValueError("q='site' takes a Fisher step that is not a sum over points; use "
                          "another q parameterisation")

@@ -26,7 +26,7 @@ from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
 from augmentedgp.inference.flow import METHODS
 from augmentedgp.inference.flow_gp import fit_vgp
-from augmentedgp.inference.vi import QuadratureVI, VariationalInference, warn_if_loose
+from augmentedgp.inference.vi import QuadratureVI, VariationalInference, stages, warn_if_loose
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
@@ -253,12 +253,25 @@ def _fit_variational(model, X, y, inference, optimizer, max_iter, learning_rate,
     # set of similar size reuses the compiled program (a VGP's inducing inputs are its data)
     full = inference.batch_size is None and not isinstance(model, VGP)
     Xp, yp, w = pad_rows(Xa, ya) if full else (Xa, ya, None)
-    state, setup = init_state(model, inference, opt, hyper_every, key, Xp.shape[0])
-    to_model = lambda s: user_form(model_at(s.hyper, s.q, setup.static), model.q)
-    state, hist = run_steps(vi_step, state, (setup, Xp, yp, w), to_model, max_iter=max_iter,
-                            tol=tol, chunk_size=chunk_size, window=window, callback=callback,
-                            verbose=verbose, monitor=monitor, patience=patience)
-    post = SparsePosterior(to_model(state), Xa, ya, hist)
+    hist = None
+    for stage, iters in stages(inference, model.likelihood, max_iter):
+        done = 0 if hist is None else hist.n_iter
+        if hist is not None:  # a later stage gets the iterations the ones before left
+            if iters <= 0 or hist.message == "stopped by callback":
+                break
+            iters = max_iter - done
+        state, setup = init_state(model, stage, opt, hyper_every, key, Xp.shape[0])
+        to_model = lambda s, setup=setup, template=model.q: user_form(
+            model_at(s.hyper, s.q, setup.static), template)
+        # the callback counts the iterations of the whole fit
+        stage_callback = callback and (lambda it, f, m, done=done: callback(done + it, f, m))
+        state, stage_hist = run_steps(vi_step, state, (setup, Xp, yp, w), to_model,
+                                      max_iter=iters, tol=tol, chunk_size=chunk_size,
+                                      window=window, callback=stage_callback, verbose=verbose,
+                                      monitor=monitor, patience=patience)
+        model = to_model(state)
+        hist = stage_hist if hist is None else hist.then(stage_hist, type(stage).__name__)
+    post = SparsePosterior(model, Xa, ya, hist)
     warn_if_loose(inference, post)
     return post
 
