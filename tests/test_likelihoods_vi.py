@@ -147,6 +147,26 @@ def test_laplace_expectations_tend_to_the_log_density_as_the_variance_vanishes()
     np.testing.assert_allclose(gm[:3], np.sign(y - m)[:3] / 0.8)  # d/dm of -|y - m|/b
 
 
+def test_matern32_sites_are_the_curvature_as_the_variance_vanishes():
+    """The split-panel quadrature (``kinked_expectation``) of the Matern-3/2 likelihood has
+    finite derivatives where a kink falls on a panel end (the mean at y) or outside the
+    panels (small variance), and at var = 0; as var -> 0, -2 dE/dvar tends to the curvature
+    -d^2 log p / df^2 = a^2 / (1 + a |y - f|)^2, a = sqrt(3) / scale, and dE/dmean to the
+    slope a^2 (y - f) / (1 + a |y - f|) (closed forms; the cubic term of log p at the kink
+    adds O(sqrt(var)): 1e-4 relative at var = 1e-10). (The
+    gradient was NaN there, so QuadratureVI's first steps went non-finite.)"""
+    lik = agp.likelihoods.Matern32(0.3)
+    a = np.sqrt(3.0) / 0.3
+    y, m = arr(0.5, 2.0, 1.0, -1.0), arr(0.5, 2.0, 1.3, -1.0)
+    gm, gv = ve_grads(lik, y, m, arr(1e-10, 1e-11, 1e-10, 1e-10))
+    r = np.abs(np.asarray(y) - np.asarray(m))
+    np.testing.assert_allclose(-2.0 * gv, a**2 / (1.0 + a * r) ** 2, rtol=3e-4)
+    np.testing.assert_allclose(gm, a**2 * (np.asarray(y) - np.asarray(m)) / (1.0 + a * r),
+                               rtol=1e-5, atol=1e-6)
+    gm0, gv0 = ve_grads(lik, y, m, arr(0.0, 0.0, 0.0, 0.0))
+    assert np.all(np.isfinite(gm0)) and np.all(np.isfinite(gv0))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_predict_y_equals_numerical_integration(name):
     lik, *_, cm, cv = CASES[name]

@@ -179,14 +179,18 @@ def kinked_expectation(fn, mean, var, kinks, n: int = 20, log: bool = False):
     half = 0.5 * (z[..., 1:] - z[..., :-1])
     zz = 0.5 * (z[..., 1:] + z[..., :-1])[..., None] + half[..., None] * x  # (..., P, n)
     f = mean[..., None, None] + s[..., None, None] * zz
-    # empty panels (a kink on a grid point, or clipped to +-12) have weight 0: log(0) would
-    # make the gradient NaN, so they are masked with a double where
-    empty = half[..., None] <= 0.0
-    log_width = jnp.where(empty, -jnp.inf, jnp.log(jnp.where(empty, 1.0, w * half[..., None])))
-    log_weight = log_width - 0.5 * zz**2 - 0.5 * _LOG_2PI
-    if log:
-        return jax.scipy.special.logsumexp(fn(f) + log_weight, axis=(-2, -1))
-    return jnp.sum(fn(f) * jnp.exp(log_weight), axis=(-2, -1))
+    # the panel widths enter linearly, not through their log: a panel of width 0 (a kink on
+    # a grid point, or two clipped to +-12) then has a finite derivative in its width, the
+    # one that cancels its neighbour's as a kink moves with the mean (log 0 made it NaN)
+    width = w * half[..., None]
+    log_density = -0.5 * zz**2 - 0.5 * _LOG_2PI
+    if log:  # log sum width e^(fn + log density), shifted by its largest term
+        a = fn(f) + log_density
+        top = lax.stop_gradient(jnp.max(a, axis=(-2, -1), keepdims=True))
+        top = jnp.where(jnp.isfinite(top), top, 0.0)
+        total = jnp.sum(width * jnp.exp(a - top), axis=(-2, -1))
+        return jnp.log(total) + top[..., 0, 0]
+    return jnp.sum(fn(f) * width * jnp.exp(log_density), axis=(-2, -1))
 
 
 def log_inv_gamma(w, shape, scale):
