@@ -450,7 +450,8 @@ class AgpRunner(Runner):
         post = self._fit(self.chunk)  # compiles the scan chunk
         if post.history.n_iter < self.chunk:
             raise Diverged(post.history.message)
-        if self.staged:  # iterations per second over both stages (and their compilation)
+        if self.staged:  # iterations per second over both stages, once both are compiled
+            self.time_steps(4 * self.chunk)
             self.rate = 4 * self.chunk / self.time_steps(4 * self.chunk)
         self.model = post.model
         self.check(score, self.chunk)  # compiles the prediction and the scoring
