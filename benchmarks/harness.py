@@ -484,8 +484,9 @@ class AgpRunner(Runner):
                 st["stop"] = f"non-finite test NLL at iteration {it}"
             return bool(stop) or done
 
-        max_iter = (int(self.rate * schedule.times[-1]) if self.staged and schedule.times
-                     else schedule.max_iter)
+        # (whole chunks in both stages: a shorter last chunk would compile inside the clock)
+        max_iter = (max(1, int(self.rate * schedule.times[-1]) // (2 * self.chunk)) * 2
+                    * self.chunk if self.staged and schedule.times else schedule.max_iter)
         post = self._fit(max_iter, callback)
         if st["stop"] or post.history.message == "stopped by callback":
             return st["stop"]
