@@ -4,9 +4,10 @@
 f = 2 sin(1.5 x)); VGP with RBF(1, 1) fitted for 3,000 iterations (Adam 0.02) by
 QuadratureVI(0.5) (the plain ELBO at its optimum), AnalyticVI() (the augmented bound) and
 AnalyticVI(objective="exact") (closed-form q(u), hyperparameters on the plain ELBO) and
-AnalyticVI(objective="tight") (the augmented fit, then tight sites: the plain ELBO's optimum); prints
-the learned kernel and likelihood parameters, the held-out NLL, the largest difference of
-the latent mean from QuadratureVI's and the mean ratio of latent sd to QuadratureVI's.
+AnalyticVI(objective="tight") (the augmented fit, then tight sites: the plain ELBO's
+optimum); prints the learned kernel and likelihood parameters, the held-out NLL, the
+largest difference of the latent mean from QuadratureVI's and the mean ratio of latent sd
+to QuadratureVI's.
 
 ``letter``: GPClassifier (logistic-softmax, both objectives) and GPClassifier("softmax") on
 3,000 rows of letter's first 5 classes (shared data), 864 held out; ``--batch`` (auto, none

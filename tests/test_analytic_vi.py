@@ -954,3 +954,86 @@ def test_tight_objective_runs_its_stages_within_one_fit():
         assert stopped.history.message.endswith("stopped by callback")
     with pytest.raises(ValueError, match="runs two fits in turn"):
         agp.distributed.fit(model, (X, y), inference, max_iter=2)
+
+
+# one latent value per coordinate (inputs 100 apart: K = k I to ~1e-90), so each distinct
+# target has a one-dimensional posterior: likelihood -> (factory, prior mean, prior variance,
+# targets, the kink of log p(y | f) in f if any)
+ONE_D = {
+    "Logistic": (LIK.Logistic, 0.5, 4.0, (1.0, -1.0), None),
+    "BayesianSVM": (LIK.BayesianSVM, 0.3, 2.0, (1.0, -1.0), "y"),
+    "StudentT": (lambda: LIK.StudentT(fp(3.0), fp(0.3)), 0.0, 1.0, (0.2, 1.2, 2.5), None),
+    "Laplace": (lambda: LIK.Laplace(fp(0.5)), 0.0, 1.0, (0.3, 1.5), "y"),
+    "Matern32": (lambda: LIK.Matern32(fp(0.5)), 0.0, 1.0, (0.3, 2.0), None),
+    "LogisticPoisson": (lambda: LIK.LogisticPoisson(fp(10.0)), 0.0, 2.0, (0.0, 3.0, 9.0), None),
+    "NegativeBinomial": (lambda: LIK.NegativeBinomial(fp(2.0)), 0.0, 2.0, (0.0, 40.0), None),
+}
+ONE_D_REDUCED = ("Logistic", "Laplace", "NegativeBinomial")
+
+
+def one_d_moments(logpdf, m0, k, kink, start):
+    """(the optimal Gaussian's mean and sd, the exact posterior's mean and sd) of the 1-D
+    posterior p(f | y) ~ exp(logpdf(f)) N(f | m0, k). The Gaussian maximises
+    E_N(m, s^2)[logpdf] - KL(N(m, s^2) || N(m0, k)) (Nelder-Mead), the expectation by
+    400-point Gauss-Legendre panels on z in [-12, 12] split at the kink; the posterior's
+    moments by the trapezoid rule on a fine grid."""
+    from scipy import optimize
+
+    x, w = np.polynomial.legendre.leggauss(400)
+
+    def expectation(m, s):
+        cuts = [-12.0, 12.0]
+        if kink is not None and -12.0 < (kink - m) / s < 12.0:
+            cuts.insert(1, (kink - m) / s)
+        total = 0.0
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            z = 0.5 * (a + b) + 0.5 * (b - a) * x
+            total += 0.5 * (b - a) * np.sum(w * np.exp(-0.5 * z**2) * logpdf(m + s * z))
+        return total / np.sqrt(2.0 * np.pi)
+
+    def negative_elbo(p):
+        m, s = p[0], np.exp(p[1])
+        return -(expectation(m, s) - 0.5 * (s**2 / k + (m - m0) ** 2 / k - 1.0
+                                            - np.log(s**2 / k)))
+
+    opt = optimize.minimize(negative_elbo, [start[0], np.log(start[1])], method="Nelder-Mead",
+                            options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 4000})
+    grid = np.linspace(m0 - 12.0 * np.sqrt(k) - 20.0, m0 + 12.0 * np.sqrt(k) + 60.0, 400001)
+    lp = logpdf(grid) - 0.5 * (grid - m0) ** 2 / k
+    p = np.exp(lp - lp.max())
+    p /= np.trapezoid(p, grid)
+    mean = np.trapezoid(grid * p, grid)
+    sd = np.sqrt(np.trapezoid((grid - mean) ** 2 * p, grid))
+    return (opt.x[0], np.exp(opt.x[1])), (mean, sd)
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=() if n in ONE_D_REDUCED else pytest.mark.slow) for n in ONE_D])
+def test_tight_q_is_the_optimal_gaussian_of_one_dimensional_posteriors(name):
+    """On independent one-dimensional posteriors, q after objective="tight" is the Gaussian
+    that maximises the plain ELBO, found independently (Nelder-Mead on a Gauss-Legendre
+    expectation split at the kink): mean and sd to 1e-5 (measured <= 1e-6). And it is
+    closer than the augmented q to the exact posterior (grid integration) in mean and in
+    sd at every target: the augmented q's sd is 0.47-0.95 of the posterior's, the tight
+    one's 0.69-0.996 (measured; both lowest at the Student-t target 2.5, in the tail)."""
+    if name not in ONE_D_REDUCED and not FULL:
+        pytest.skip("reduced run (AGP_FULL_SLOW=1 runs every augmented likelihood)")
+    make, m0, k, values, kink = ONE_D[name]
+    n = 30
+    X = (100.0 * np.arange(n))[:, None]
+    lik = make()
+    y = np.asarray(lik.check_targets(np.resize(np.asarray(values, float), n)))
+    model = agp.VGP(agp.kernels.Matern52(fp(1.0), fp(k)), lik,
+                    mean=agp.means.Constant(fixed(real(m0))))
+    tight = agp.fit(model, X, y, agp.AnalyticVI(objective="tight"), max_iter=400, tol=0.0)
+    augmented = agp.fit(model, X, y, agp.AnalyticVI(), max_iter=400, tol=0.0)
+    log_prob = eqx.filter_jit(lambda yy, f: lik.log_prob(yy, f))
+    for j, target in enumerate(values):
+        mt, vt = (float(a[j]) for a in tight.predict_f(X))
+        ma, va = (float(a[j]) for a in augmented.predict_f(X))
+        logpdf = lambda f, t=target: np.asarray(log_prob(jnp.full(np.shape(f), t), f))
+        (om, osd), (pm, psd) = one_d_moments(logpdf, m0, k, None if kink is None else target,
+                                             (mt, np.sqrt(vt)))
+        np.testing.assert_allclose([mt, np.sqrt(vt)], [om, osd], rtol=1e-5, atol=1e-5)
+        assert abs(mt - pm) < abs(ma - pm), (target, mt, ma, pm)
+        assert abs(np.sqrt(vt) - psd) < abs(np.sqrt(va) - psd), (target, vt, va, psd)

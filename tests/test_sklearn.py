@@ -623,7 +623,8 @@ def test_model_choice(fake_fit, est, n, kind, model, M, inference, iters):
     (GPClassifier(), 200_000, "classes", 1000, 5000, AnalyticVI),  # capped
     (GPClassifier(max_iter=50), 2001, "classes", 1000, 50, AnalyticVI),
     (GPClassifier("softmax"), 2001, "3classes", 1000, 600, QuadratureVI),
-    (GPRegressor("student_t"), 2001, "real", 1000, 600, AnalyticVI),
+    # objective="tight": the finish continues with its last stage, the tight sites
+    (GPRegressor("student_t"), 2001, "real", 1000, 600, QuadratureVI),
     (GPCountRegressor(), 2001, "counts", 1000, 600, QuadratureVI),
     (GPClassifier(batch_size=100), 2001, "classes", 100, 2000, None),  # the user's batches
     (GPClassifier(batch_size=None), 2001, "classes", None, 500, None),  # full batch
@@ -634,7 +635,8 @@ def test_defaults_by_size(fake_fit, est, n, kind, batch, iters, finish):
     """batch_size="auto": full batch up to FULL_BATCH_MAX points; above it (sparse models)
     minibatches of AUTO_BATCH for 30 epochs (600 to 5000 iterations, or max_iter) that stop
     when the epoch-averaged objective settles, then FINISH_ITER full-batch iterations from
-    that solution; an explicit batch_size (or None) or n_inducing=None is used as given."""
+    that solution (by the fit's last stage); an explicit batch_size (or None) or
+    n_inducing=None is used as given."""
     assert n == agp_sklearn.FULL_BATCH_MAX + 1 or n > agp_sklearn.FULL_BATCH_MAX
     X, y = _fake_data(n, kind)
     est = clone(est).fit(X, y)
@@ -646,6 +648,8 @@ def test_defaults_by_size(fake_fit, est, n, kind, batch, iters, finish):
         assert len(fake_fit) == 2
         second = fake_fit[1]
         assert type(second.inference) is finish and second.inference.batch_size is None
+        if type(est) is GPRegressor:  # robust regression: the ELBO's optimum
+            assert first.inference.objective == "tight"
         assert second.max_iter == agp_sklearn.FINISH_ITER
         assert second.model is first.model  # starts from the minibatch solution
         assert est.n_iter_ == 6 and est.history_.converged  # both stages' iterations
