@@ -1067,3 +1067,30 @@ def test_robust_regressor_default_fits_the_elbo_optimum(name, monkeypatch):
     augmented, _ = nll()
     assert default < augmented - 0.02, (default, augmented)
     assert default < quadrature + 0.03, (default, quadrature)
+
+
+@pytest.mark.parametrize("name, margin", [
+    ("Laplace", 0.01), pytest.param("NegativeBinomial", 0.02, marks=pytest.mark.slow)])
+def test_tight_svi_on_real_data_is_within_a_margin_of_quadrature_svi(name, margin):
+    """The margins of the augmented-VI issue: on 1,000 rows (M = 30 fixed k-means inducing
+    inputs, batch 100, 2,000 steps, Adam 0.02, the same minibatches), AnalyticSVI with
+    objective="tight" ends within 0.01 test NLL of QuadratureSVI on kin40k with Laplace
+    noise, within 0.02 on bike counts with the negative binomial. Measured (augmented /
+    tight / quadrature): Laplace 1.2872 / 1.2591 / 1.2609 -- the augmented objective misses
+    the margin, so the test can fail --, negative binomial 3.2478 / 3.2446 / 3.2473 (the
+    night-hour counts of bike, up to 283)."""
+    if name != "Laplace" and not FULL:
+        pytest.skip("reduced run (AGP_FULL_SLOW=1 adds bike)")
+    Xtr, ytr, Xte, yte, kernel, lik, mean, _ = real_problem(name, 1000, 1000)
+    Z = agp.inducing.kmeans(Xtr, 30, jax.random.key(0))
+    nll = {}
+    for label, inference in (("augmented", agp.AnalyticSVI(100)),
+                             ("tight", agp.AnalyticSVI(100, objective="tight")),
+                             ("quadrature", agp.QuadratureSVI(100, agp.schedules.RobbinsMonro()))):
+        model = agp.SVGP(kernel(), lik(), fixed(real(Z)), mean=mean())
+        post = agp.fit(model, Xtr, ytr, inference, max_iter=2000, learning_rate=0.02, tol=0.0,
+                       chunk_size=500, key=jax.random.key(1))
+        nll[label] = -float(np.mean(np.asarray(post.predict_log_density(Xte, yte))))
+    assert nll["tight"] <= nll["quadrature"] + margin, nll
+    if name == "Laplace":
+        assert nll["augmented"] > nll["quadrature"] + margin, nll
