@@ -1077,7 +1077,7 @@ def test_robust_regressor_default_fits_the_elbo_optimum(name, monkeypatch):
     default, est = nll()
     assert [i.objective for i in inferences] == ["tight"]
     quadrature, _ = nll(inference="quadrature")
-    monkeypatch.setattr(agp_sklearn, "_objective", lambda likelihood: "augmented")
+    monkeypatch.setattr(agp_sklearn, "_objective", lambda likelihood, minibatch: "augmented")
     augmented, _ = nll()
     assert default < augmented - 0.02, (default, augmented)
     assert default < quadrature + 0.03, (default, quadrature)

@@ -1017,13 +1017,15 @@ REAL_ACC = {"letter": 0.85, "digits": 0.88}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["letter", pytest.param("digits", marks=pytest.mark.slow)])
-def test_classifier_multiclass_default_learns_hyperparameters_on_the_elbo(name, monkeypatch):
-    """GPClassifier() on more than two classes (logistic-softmax, full batch on 600 rows)
-    learns its hyperparameters on the plain ELBO: oracle, the same estimator with them on
-    the augmented bound, whose test NLL must be at least 1.25x the default's (measured
-    0.240 vs 0.172 on letter, 0.366 vs 0.265 on digits). GPClassifier("softmax") full
-    batch (QuadratureVI, natural step 0.5 for several latents) must be no worse than the
-    default (measured 0.143 and 0.190; with step 1 its sites overshot: 0.397 on letter)."""
+def test_classifier_multiclass_default_is_within_five_percent_of_the_softmax(name, monkeypatch):
+    """GPClassifier()'s two multi-class configurations on 600 rows, full batch: the default
+    logistic-softmax (hyperparameters at the plain ELBO's optimum, ``objective="tight"``)
+    and GPClassifier("softmax") (QuadratureVI, natural step 0.5 for several latents) are
+    each within 5% of the better one's test NLL (measured 0.1454 against 0.1434 on letter,
+    0.1948 against 0.1904 on digits; with step 1 the softmax's sites overshot: 0.397 on
+    letter). Oracle for the objective: the same estimator with its hyperparameters on the
+    augmented bound, whose test NLL must be at least 1.25x the default's (measured 0.2398
+    on letter, 0.3663 on digits)."""
     if name == "digits" and not FULL:
         pytest.skip("reduced run (AGP_FULL_SLOW=1 adds digits)")
     import augmentedgp.sklearn as estimators
@@ -1035,8 +1037,9 @@ def test_classifier_multiclass_default_learns_hyperparameters_on_the_elbo(name, 
         return -float(np.mean(np.log(P[np.arange(len(yte)), yte])))
 
     default = nll(estimators.GPClassifier(random_state=0))
-    assert nll(estimators.GPClassifier("softmax", random_state=0)) <= default
-    monkeypatch.setattr(estimators, "_objective", lambda likelihood: "augmented")
+    softmax = nll(estimators.GPClassifier("softmax", random_state=0))
+    assert max(default, softmax) <= 1.05 * min(default, softmax), (default, softmax)
+    monkeypatch.setattr(estimators, "_objective", lambda likelihood, minibatch: "augmented")
     with pytest.warns(UserWarning, match="nats per point below the ELBO"):
         augmented = nll(estimators.GPClassifier(random_state=0))
     assert augmented >= 1.25 * default, (augmented, default)

@@ -617,6 +617,27 @@ def test_model_choice(fake_fit, est, n, kind, model, M, inference, iters):
         assert isinstance(likelihood, lik.Logistic)
 
 
+@pytest.mark.parametrize("est, kind, objective", [
+    (GPClassifier(), "classes", "augmented"),
+    (GPClassifier(batch_size=10), "classes", "augmented"),
+    (GPClassifier(), "3classes", "tight"),
+    (GPClassifier(batch_size=10), "3classes", "exact"),
+    (GPRegressor("student_t"), "real", "tight"),
+    (GPRegressor("laplace", batch_size=10), "real", "tight"),
+    (GPCountRegressor("negative_binomial"), "counts", "tight"),
+])
+def test_augmented_objective_by_likelihood_and_batches(fake_fit, est, kind, objective):
+    """The augmented fits' hyperparameter objective, the one that predicted best at the
+    estimators' budgets (``sklearn._objective``; measurements in its docstring): the
+    augmented bound for binary labels, the plain ELBO's optimum ("tight") for robust
+    regression, negative-binomial counts and full-batch multi-class fits, the plain ELBO at
+    the augmented q(u) ("exact") for multi-class minibatches."""
+    X, y = _fake_data(101, kind)
+    clone(est).fit(X, y)
+    (call,) = fake_fit
+    assert isinstance(call.inference, AnalyticVI) and call.inference.objective == objective
+
+
 @pytest.mark.parametrize("est, n, kind, batch, iters, finish", [
     (GPClassifier(), 2001, "classes", 1000, 600, AnalyticVI),  # 3 batches an epoch: 600
     (GPClassifier(), 40_000, "classes", 1000, 1200, AnalyticVI),  # 40 an epoch: 30 epochs
