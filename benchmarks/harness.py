@@ -168,7 +168,8 @@ def parse(p: argparse.ArgumentParser, quick: dict, full: dict, argv=None):
             setattr(args, k, v)
     args.write_results = (args.write or not args.quick) and not args.no_write
     if hasattr(args, "agp_step"):
-        args.agp_step_schedule = None if args.agp_step == "rm" else float(args.agp_step)
+        args.agp_step_schedule = (agp.schedules.RobbinsMonro() if args.agp_step == "rm"
+                                  else float(args.agp_step))
     return args
 
 
@@ -186,8 +187,8 @@ RACE_OPTIONS = {
     "eval-points": (int, None, "evaluations per curve (geometric in time)"),
     "margin": (float, 0.01, "target NLL = the reference's final NLL + this"),
     "libraries": (str, None, "only these library names or configuration labels"),
-    "agp-step": (str, "rm", "AnalyticSVI's natural step: 'rm' (Robbins-Monro (t + 1)^-0.51, "
-                 "its default) or a constant in (0, 1]"),
+    "agp-step": (str, "0.1", "AnalyticSVI's natural step: a constant in (0, 1] (0.1: its "
+                 "default) or 'rm' (Robbins-Monro (t + 1)^-0.51)"),
     "chunk": (int, 50, "augmentedgp's scan chunk (its curves are evaluated between chunks)")}
 
 

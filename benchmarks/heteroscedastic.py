@@ -259,8 +259,9 @@ def findings(all_res):
 
 
 def intro(args, all_res):
-    step = ("Robbins-Monro (t + 1)^-0.51 (AnalyticSVI's default)" if args.agp_step == "rm"
-            else f"constant {args.agp_step}")
+    step = ("Robbins-Monro (t + 1)^-0.51" if args.agp_step == "rm"
+            else f"constant {args.agp_step}" + (" (AnalyticSVI's default)"
+                                                 if float(args.agp_step) == 0.1 else ""))
     probs = "; ".join(f"{r['name']}: n={r['data'].n}, test {len(r['data'].y_test)}, "
                       f"d={r['data'].d}, M={r['M']}, budget {r['budget']:g} s "
                       f"({r['data'].split})" for r in all_res)

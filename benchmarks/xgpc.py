@@ -254,8 +254,9 @@ def claims(all_res, margin):
 
 
 def intro(args, all_res):
-    step = ("Robbins-Monro (t + 1)^-0.51 (AnalyticSVI's default)" if args.agp_step == "rm"
-            else f"constant {args.agp_step}")
+    step = ("Robbins-Monro (t + 1)^-0.51" if args.agp_step == "rm"
+            else f"constant {args.agp_step}" + (" (AnalyticSVI's default)"
+                                                 if float(args.agp_step) == 0.1 else ""))
     data = {r["data"].name: f"{r['data'].name}: n={r['data'].n}, test {len(r['data'].y_test)}, "
             f"d={r['data'].d} ({r['data'].split})" for r in all_res}
     return [

@@ -1094,14 +1094,16 @@ def test_analytic_svi_classifies_real_data_with_integer_labels(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["letter", "digits"])
 def test_analytic_svi_nll_is_close_to_quadrature_svi_softmax(name):
-    """Same data, inducing inputs, kernel start, minibatches (key), iterations and
-    Robbins-Monro steps: AnalyticSVI (LogisticSoftmax) with the hyperparameters on the
-    exact ELBO (``objective="exact"``) against QuadratureSVI (Softmax): test NLL at most
-    0.02 + 5% above, test accuracy at most 0.03 below.
+    """Same data, inducing inputs, kernel start, minibatches (key) and iterations:
+    AnalyticSVI (LogisticSoftmax) with the hyperparameters at the plain ELBO's optimum
+    (``objective="tight"``: the augmented fit, then tight sites), at its default step 0.1,
+    against QuadratureSVI (Softmax) at its better step here, Robbins-Monro: test NLL within
+    5%, test accuracy at most 0.03 below.
 
-    Measured (M = 50): NLL letter 0.161 vs 0.174, digits 0.224 vs 0.203; accuracy 0.950 vs
-    0.950, 0.931 vs 0.951. With the default augmented objective it fails by far: NLL 0.339
-    and 0.460, accuracy 0.930 and 0.927. The cause: the augmented bound's Jensen gap
+    Measured (M = 50): NLL letter 0.1799 vs 0.1741, digits 0.2126 vs 0.2028 (QuadratureSVI
+    at its default step 0.1: 0.1786, 0.2066); accuracy 0.953 vs 0.950, 0.956 vs 0.951.
+    ``objective="exact"`` gives 0.1599 and 0.2227 (+9.8% on digits); the augmented
+    objective fails by far (Robbins-Monro steps: NLL 0.339 and 0.460): its Jensen gap
     penalises latent variance, so the kernel variance learned on it stays at 6 (letter; 4
     digits) instead of 76 (39) -- the quadrature softmax learns 87 (52). At those small
     variances, full-batch CAVI from the prior also stalls near -n log C (psi_c ~ e^{-c_c/2}
@@ -1112,7 +1114,7 @@ def test_analytic_svi_nll_is_close_to_quadrature_svi_softmax(name):
     n_train, n_test = {"letter": (600, 300), "digits": (1000, 797)}[name]
     Xtr, ytr, Xte, yte, C_ = real_problem(name, n_train, n_test)
     res = {}
-    for inference, lik in ((agp.AnalyticSVI(100, objective="exact"), LIK.LogisticSoftmax(C_)),
+    for inference, lik in ((agp.AnalyticSVI(100, objective="tight"), LIK.LogisticSoftmax(C_)),
                            (agp.QuadratureSVI(100, agp.schedules.RobbinsMonro()),
                             LIK.Softmax(C_))):
         res[type(inference).__name__] = scores(fit_real(Xtr, ytr, inference, lik, 50, 600),
@@ -1120,7 +1122,7 @@ def test_analytic_svi_nll_is_close_to_quadrature_svi_softmax(name):
     (acc_a, nll_a), (acc_q, nll_q) = res["AnalyticSVI"], res["QuadratureSVI"]
     print(f"{name}: accuracy {acc_a:.3f} / {acc_q:.3f}, NLL {nll_a:.4f} / {nll_q:.4f}")
     assert acc_a >= acc_q - 0.03, (acc_a, acc_q)
-    assert nll_a <= nll_q + 0.02 + 0.05 * nll_q, (nll_a, nll_q)
+    assert nll_a <= 1.05 * nll_q, (nll_a, nll_q)
 
 
 # --- 13. errors ---------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from augmentedgp.models.gp import GP
 from augmentedgp.models.sparse import SGPR, SVGP, VGP
 from augmentedgp.training.fit import fit as _fit
 from augmentedgp.variational.families import QPosterior
+from augmentedgp.variational.schedules import RobbinsMonro
 
 KERNELS = {"rbf": _kernels.RBF, "matern12": _kernels.Matern12, "matern32": _kernels.Matern32,
            "matern52": _kernels.Matern52, "rq": _kernels.RationalQuadratic}
@@ -352,7 +353,11 @@ class _GPEstimator(BaseEstimator):
             plan = _vi_plan(n, sparse, self.batch_size, max_iter)
             if augmented:
                 objective = _objective(likelihood, plan.batch_size is not None)
-                vi = (functools.partial(AnalyticSVI, objective=objective),
+                # Robbins-Monro steps, not AnalyticSVI's constant default: the estimators stop
+                # on the settled objective, and with the constant step the tight stage
+                # stopped early (benchmarks/RESULTS.md, issue 22 notes, section 7)
+                vi = (functools.partial(AnalyticSVI, step_size=RobbinsMonro(),
+                                        objective=objective),
                       functools.partial(AnalyticVI, objective=objective))
             else:
                 vi = (QuadratureSVI, functools.partial(QuadratureVI, quadrature_step(likelihood)))
