@@ -22,6 +22,7 @@ to QuadratureVI's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 import warnings
 from pathlib import Path
@@ -80,6 +81,19 @@ def small(args):
                   flush=True)
 
 
+@contextlib.contextmanager
+def estimator_objective(objective):
+    """The estimators fit their augmented models with ``objective`` (None: their own
+    choice, ``sklearn._objective``) inside the block."""
+    default = agp_sklearn._objective
+    if objective is not None:
+        agp_sklearn._objective = lambda likelihood, minibatch: objective
+    try:
+        yield
+    finally:
+        agp_sklearn._objective = default
+
+
 def robust(args):
     """GPRegressor (Student-t, Laplace) on ``--rows`` rows of kin40k or protein
     (``--dataset``), targets standardised, 5% of the training targets moved by 3-6 sd;
@@ -94,21 +108,18 @@ def robust(args):
     ytr, yte = (y[i] - mu) / sd, (y[j] - mu) / sd
     out = rng.uniform(size=args.rows) < 0.05
     ytr[out] += rng.choice([-1.0, 1.0], out.sum()) * rng.uniform(3.0, 6.0, out.sum())
-    default = agp_sklearn._objective
     for lik in ("laplace", "student_t"):
         cells = []
         for label in ("default", "augmented", "quadrature"):
-            agp_sklearn._objective = ((lambda likelihood, minibatch: "augmented")
-                                      if label == "augmented" else default)
             t = time.perf_counter()
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), estimator_objective(
+                    "augmented" if label == "augmented" else None):
                 warnings.simplefilter("ignore")
                 est = agp_sklearn.GPRegressor(
                     lik, inference="quadrature" if label == "quadrature" else "auto",
                     random_state=0).fit(X[i], ytr)
             nll = -np.mean(est.log_predictive_density(X[j], yte))
             cells.append(f"{label} {nll:.4f} ({time.perf_counter() - t:.0f} s)")
-        agp_sklearn._objective = default
         print(f"{args.dataset} {args.rows} rows {lik}: " + " | ".join(cells), flush=True)
 
 
@@ -129,18 +140,15 @@ def multiclass(args):
     idx = np.random.default_rng(0).permutation(len(y))
     i, j = idx[:args.rows], idx[args.rows:args.rows + 1000]
     batch = {"auto": "auto", "none": None}.get(args.batch) or int(args.batch)
-    default = agp_sklearn._objective
     cells = []
     for label in ("augmented", "exact", "tight", "softmax"):
-        if label != "softmax":
-            agp_sklearn._objective = lambda likelihood, minibatch, label=label: label
         t = time.perf_counter()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), estimator_objective(
+                None if label == "softmax" else label):
             warnings.simplefilter("ignore")
             clf = agp_sklearn.GPClassifier("softmax" if label == "softmax" else "logistic",
                                            batch_size=batch, max_iter=args.max_iter,
                                            random_state=0).fit(X[i], y[i])
-        agp_sklearn._objective = default
         P = clf.predict_proba(X[j])
         nll = -np.mean(np.log(P[np.arange(len(j)), y[j]]))
         cells.append(f"{label} {nll:.4f} ({time.perf_counter() - t:.0f} s)")
