@@ -77,3 +77,49 @@ def _fresh_jax_caches():
     import jax
 
     jax.clear_caches()
+
+
+def declared(name, **values):
+    """A built-in likelihood, or one the library lacks, declared by its super-Gaussian
+    pieces (``SuperGaussian``: no sampler, no mixing density): "StudentT" (df, scale),
+    "Laplace" (scale), "Matern32" (scale), "Logistic", "GeneralisedGaussian" (scale,
+    shape: p(y | f) = shape / (2 scale Gamma(1/shape)) exp(-|(y - f) / scale|^shape)).
+    ``values``: the parameters (numbers or Parameters)."""
+    import jax.numpy as jnp
+    from jax.scipy.special import gammaln
+
+    from augmentedgp.likelihoods import SuperGaussian
+
+    loc = dict(a=lambda y, **p: -y / p.get("scale", 1.0),
+               b=lambda y, **p: jnp.ones_like(y) / p.get("scale", 1.0),
+               mean=lambda f, **p: f)
+    if name == "StudentT":
+        return SuperGaussian(
+            lambda t, df, scale: -0.5 * (df + 1.0) * jnp.log1p(t / df),
+            log_c=lambda y, df, scale: (gammaln(0.5 * (df + 1.0)) - gammaln(0.5 * df)
+                                        - 0.5 * jnp.log(df * np.pi) - jnp.log(scale)),
+            variance=lambda f, df, scale: jnp.full(jnp.shape(f), scale**2 * df / (df - 2.0)),
+            params=values, name="DeclaredStudentT", **loc)
+    if name == "Laplace":
+        return SuperGaussian(
+            lambda t, scale: -jnp.sqrt(t), log_c=lambda y, scale: -jnp.log(2.0 * scale),
+            variance=lambda f, scale: jnp.full(jnp.shape(f), 2.0 * scale**2),
+            params=values, name="DeclaredLaplace", **loc)
+    if name == "Matern32":  # h = (f - y) / scale, phi(t) = (1 + sqrt(3 t)) e^{-sqrt(3 t)}
+        return SuperGaussian(
+            lambda t, scale: jnp.log1p(jnp.sqrt(3.0 * t)) - jnp.sqrt(3.0 * t),
+            log_c=lambda y, scale: jnp.log(0.25 * np.sqrt(3.0) / scale),
+            variance=lambda f, scale: jnp.full(jnp.shape(f), 4.0 * scale**2 / 3.0),
+            params=values, name="DeclaredMatern32", **loc)
+    if name == "Logistic":  # sigmoid(y f) = e^{y f / 2} / 2 cosh(f / 2)^-1
+        return SuperGaussian(lambda t: -jnp.log(jnp.cosh(0.5 * jnp.sqrt(t))),
+                             log_c=-np.log(2.0), g=lambda y: 0.5 * y, support="binary",
+                             name="DeclaredLogistic")
+    if name == "GeneralisedGaussian":
+        return SuperGaussian(
+            lambda t, scale, shape: -jnp.power(t, 0.5 * shape),
+            log_c=lambda y, scale, shape: (jnp.log(0.5 * shape / scale) - gammaln(1.0 / shape)),
+            variance=lambda f, scale, shape: jnp.full(
+                jnp.shape(f), scale**2 * jnp.exp(gammaln(3.0 / shape) - gammaln(1.0 / shape))),
+            params=values, name="GeneralisedGaussian", **loc)
+    raise ValueError(name)

@@ -7,7 +7,7 @@ from augmentedgp.augmentation.protocol import (
     CountAux,
     PolyaGamma,
     ScaleMixture,
-    SuperGaussian,
+    SuperGaussianForm,
     Tilt,
     expected_h2,
     log_cosh,
@@ -16,6 +16,6 @@ from augmentedgp.augmentation.protocol import (
     tanh_ratio,
 )
 
-__all__ = ["Augmented", "ScaleMixture", "PolyaGamma", "CountAux", "SuperGaussian", "Tilt",
+__all__ = ["Augmented", "ScaleMixture", "PolyaGamma", "CountAux", "SuperGaussianForm", "Tilt",
            "expected_h2", "log_cosh", "log_cosh_sqrt", "log_polya_gamma_density", "tanh_ratio",
            "samplers"]

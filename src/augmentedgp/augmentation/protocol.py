@@ -44,12 +44,12 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln
 
-from augmentedgp.augmentation import samplers
+from augmentedgp.augmentation import inversion, samplers
 
 _LOG_2 = math.log(2.0)
 
 
-class SuperGaussian(NamedTuple):
+class SuperGaussianForm(NamedTuple):
     """p(y | f) = exp(log_c + g f) phi((a + b f)^2), elementwise in y."""
 
     log_c: jax.Array
@@ -99,7 +99,7 @@ def _safe_sqrt(t):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, t, 1.0)), 0.0)
 
 
-def expected_h2(s: SuperGaussian, mean, var):
+def expected_h2(s: SuperGaussianForm, mean, var):
     """E[h^2] = (a + b mean)^2 + b^2 var for f ~ N(mean, var)."""
     return (s.a + s.b * mean) ** 2 + s.b**2 * var
 
@@ -158,33 +158,45 @@ class ScaleMixture(Augmented):
     p(y | f) = C(y) e^{g(y) f} phi(h^2), h = a(y) + b(y) f, with phi(t) = E_{p(w)} e^{-t w}
     the Laplace transform of a mixing density p(w) (Bernstein-Widder). Subclasses give
 
-    - ``super_gaussian(y)``: the pieces ``SuperGaussian(log_c, g, a, b)``;
+    - ``super_gaussian(y)``: the pieces ``SuperGaussianForm(log_c, g, a, b)``;
     - ``log_phi(y, t)``: log phi(t), elementwise;
-    - ``log_mixing_density(y, w)``: log p(w), or None if w is a constant (a point mass);
-    - ``sample_omega(key, y, t)``: a draw from the tilted law pi(w | t) ~ e^{-t w} p(w);
 
-    and may override ``omega_mean(y, t)`` with a closed form. The five methods of
-    :class:`Augmented` follow.
+    and may override with closed forms or exact samplers
+
+    - ``omega_mean(y, t)``: E[w] under pi(w | t) (default: -d log phi / dt by autodiff);
+    - ``sample_omega(key, y, t)``: a draw from the tilted law pi(w | t) ~ e^{-t w} p(w)
+      (default: inverse-CDF sampling with the numerical inverse Laplace transform of phi,
+      ``augmentation.inversion.sample``, which needs ``log_phi`` to evaluate at complex t);
+    - ``log_mixing_density(y, w)``: log p(w), or None if w is a constant (a point mass)
+      (default: the numerical inverse Laplace transform of phi).
+
+    The five methods of :class:`Augmented` follow.
     """
 
     @abc.abstractmethod
-    def super_gaussian(self, y) -> SuperGaussian:
+    def super_gaussian(self, y) -> SuperGaussianForm:
         """The pieces (log C, g, a, b) of p(y | f) = exp(log C + g f) phi((a + b f)^2)."""
 
     @abc.abstractmethod
     def log_phi(self, y, t):
         """log phi(t) = log E_{p(w)} e^{-t w}, for t >= 0 (phi(0) = 1)."""
 
-    @abc.abstractmethod
     def log_mixing_density(self, y, w):
         """log p(w) of the mixing law, elementwise (w > 0), whose Laplace transform is phi;
         None if w is a constant. Not used by inference: ``augmentedgp.testing`` integrates
-        it numerically to check the augmentation."""
+        it numerically to check the augmentation. Default: the numerical inverse Laplace
+        transform of phi (``inversion.log_mixing_density``, accurate to ~1e-8 absolute)."""
+        y, w = jnp.broadcast_arrays(jnp.asarray(y, float), jnp.asarray(w, float))
+        one = lambda yi, wi: inversion.log_mixing_density(lambda t: self.log_phi(yi, t), wi)
+        return jax.vmap(one)(y.reshape(-1), w.reshape(-1)).reshape(w.shape)
 
-    @abc.abstractmethod
     def sample_omega(self, key, y, t):
         """A draw of w ~ pi(w | t), the mixing law tilted by e^{-t w} (``t`` has the shape
-        of the output)."""
+        of the output). Default: the generic sampler ``inversion.sample`` (numerical
+        inversion of phi's Laplace transform, [Galy-Fajou2020, Sec. 3.3.2]); the built-in
+        likelihoods override it with exact samplers."""
+        y = jnp.broadcast_to(jnp.asarray(y, float), jnp.shape(t))
+        return inversion.sample(key, lambda tt, yi: self.log_phi(yi, tt), t, y)
 
     def omega_mean(self, y, t):
         """E[w] under pi(w | t): -d log phi / dt (autodiff here; subclasses may give a
@@ -275,5 +287,5 @@ class PolyaGamma(ScaleMixture):
         return 0.5 * samplers.polya_gamma(key, b, _safe_sqrt(t), method=self.pg_method)
 
 
-__all__ = ["Augmented", "CountAux", "PolyaGamma", "ScaleMixture", "SuperGaussian", "Tilt",
+__all__ = ["Augmented", "CountAux", "PolyaGamma", "ScaleMixture", "SuperGaussianForm", "Tilt",
            "expected_h2", "log_cosh", "log_cosh_sqrt", "log_polya_gamma_density", "tanh_ratio"]

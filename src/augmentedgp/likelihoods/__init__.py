@@ -16,12 +16,13 @@ from augmentedgp.likelihoods.multiclass import (
 )
 from augmentedgp.likelihoods.positive import Beta, Gamma
 from augmentedgp.likelihoods.robust import Gaussian, Laplace, Matern32, StudentT
+from augmentedgp.likelihoods.super_gaussian import SuperGaussian
 
 __all__ = ["Likelihood", "MultiLatent", "Gaussian", "StudentT", "Laplace", "Matern32",
            "Bernoulli", "Logistic", "Probit", "BayesianSVM", "Poisson", "LogisticPoisson",
            "NegativeBinomial", "Gamma", "Beta", "Categorical", "LogisticSoftmax", "Softmax",
            "RobustMax", "HeteroscedasticGaussian", "PoissonTilt", "SoftmaxTilt", "HeteroTilt",
-           "augmentable"]
+           "SuperGaussian", "augmentable"]
 
 
 def augmentable() -> tuple[type[Likelihood], ...]:

@@ -11,7 +11,7 @@ from jax.scipy.special import log_ndtr, logsumexp, ndtr
 
 import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
-from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussian
+from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussianForm
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
 from augmentedgp.core.validation import check_binary
 from augmentedgp.likelihoods.base import Likelihood
@@ -64,7 +64,7 @@ class Logistic(Bernoulli, PolyaGamma):
 
     def super_gaussian(self, y):
         """sigmoid(y f) = e^{y f / 2} / (2 cosh(f / 2)): log C = -log 2, g = y / 2, h = f."""
-        return SuperGaussian(-_LOG_2, 0.5 * y, 0.0, 1.0)
+        return SuperGaussianForm(-_LOG_2, 0.5 * y, 0.0, 1.0)
 
     def pg_b(self, y):
         """b = 1."""
@@ -213,7 +213,7 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         return base.kinked_expectation(log_p, mean, var, kinks, 20, log=True)
 
     def super_gaussian(self, y):
-        return SuperGaussian(-1.0, y, 1.0, -y)
+        return SuperGaussianForm(-1.0, y, 1.0, -y)
 
     def log_phi(self, y, t):
         return -base.sqrt_floor(t)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln, xlogy
 
 from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
-from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussian
+from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussianForm
 from augmentedgp.core.params import Parameter
 from augmentedgp.core.validation import check_positive, require_finite
 from augmentedgp.likelihoods.base import Likelihood, count_targets, scalar_positive
@@ -196,7 +196,7 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         """sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2} cosh(f / 2)^{-(y + r)}."""
         r = self.r.value
         log_c = gammaln(y + r) - gammaln(r) - gammaln(y + 1.0) - (y + r) * _LOG_2
-        return SuperGaussian(log_c, 0.5 * (y - r), 0.0, 1.0)
+        return SuperGaussianForm(log_c, 0.5 * (y - r), 0.0, 1.0)
 
     def pg_b(self, y):
         """b = y + r."""

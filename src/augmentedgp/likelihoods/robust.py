@@ -12,7 +12,7 @@ from jax.scipy.special import erf, gammaln, log_ndtr
 
 import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
-from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussian
+from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussianForm
 from augmentedgp.core.params import Parameter
 from augmentedgp.core.validation import is_concrete, require_finite
 from augmentedgp.likelihoods.base import Likelihood
@@ -74,7 +74,7 @@ class Gaussian(Likelihood, ScaleMixture):
     def super_gaussian(self, y):
         s2 = self.variance.value
         b = jnp.broadcast_to(1.0 / jnp.sqrt(2.0 * s2), jnp.shape(y))
-        return SuperGaussian(-0.5 * (_LOG_2PI + jnp.log(s2)), 0.0, -y * b, b)
+        return SuperGaussianForm(-0.5 * (_LOG_2PI + jnp.log(s2)), 0.0, -y * b, b)
 
     def log_phi(self, y, t):
         return -t
@@ -192,7 +192,7 @@ class StudentT(Likelihood, ScaleMixture):
 
     def super_gaussian(self, y):
         b = jnp.broadcast_to(1.0 / self.scale.value, jnp.shape(y))
-        return SuperGaussian(self._log_norm(), 0.0, -y * b, b)
+        return SuperGaussianForm(self._log_norm(), 0.0, -y * b, b)
 
     def log_phi(self, y, t):
         nu = self.df.value
@@ -270,7 +270,7 @@ class Laplace(Likelihood, ScaleMixture):
         return mean, var + 2.0 * self.scale.value**2
 
     def super_gaussian(self, y):
-        return SuperGaussian(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)
+        return SuperGaussianForm(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)
 
     def log_phi(self, y, t):
         return -base.sqrt_floor(t) / self.scale.value
@@ -334,7 +334,7 @@ class Matern32(Likelihood, ScaleMixture):
         return mean, var + 4.0 / self._a() ** 2
 
     def super_gaussian(self, y):
-        return SuperGaussian(jnp.log(0.25 * self._a()), 0.0, -y, 1.0)
+        return SuperGaussianForm(jnp.log(0.25 * self._a()), 0.0, -y, 1.0)
 
     def log_phi(self, y, t):
         a = self._a()
