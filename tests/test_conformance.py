@@ -13,11 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import declared
 
 import augmentedgp as agp  # noqa: F401  (enables float64)
 from augmentedgp import likelihoods as L
 from augmentedgp.augmentation import Augmented
 from augmentedgp.augmentation.protocol import ScaleMixture
+from augmentedgp.core.params import fixed, positive
 from augmentedgp.likelihoods import Likelihood
 from augmentedgp.testing import check_likelihood
 
@@ -47,6 +49,9 @@ BUILTIN = {
                                        "predict_proba": 4e-6}),
     L.RobustMax: (L.RobustMax(3), 1e-6),
     L.HeteroscedasticGaussian: (L.HeteroscedasticGaussian(precision=2.0), 1e-6),
+    # declared by its pieces: the generalised Gaussian, shape 1.5 (mixing law by inversion)
+    L.SuperGaussian: (declared("GeneralisedGaussian", scale=0.8, shape=fixed(positive(1.5))),
+                      1e-6),
 }
 
 
@@ -219,7 +224,7 @@ def test_a_likelihood_missing_a_required_method_cannot_be_created():
             raise AssertionError
 
     NoDensity()  # inherits everything
-    with pytest.raises(TypeError, match="log_mixing_density"):
+    with pytest.raises(TypeError, match="log_phi"):  # the sampler and p(w) have defaults
         OnlyPieces()
 
 

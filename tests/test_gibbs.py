@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FULL, elliptical_slice
+from conftest import FULL, declared, elliptical_slice
 from scipy import integrate, special, stats
 
 import augmentedgp as agp
@@ -316,12 +316,21 @@ ONE_D = {
     "Matern32": (lambda: LIK.Matern32(fp(0.5)), 0.0, 1.0, (0.3, 2.0)),
     "LogisticPoisson": (lambda: LIK.LogisticPoisson(fp(10.0)), 0.0, 2.0, (0.0, 3.0, 9.0)),
     "NegativeBinomial": (lambda: LIK.NegativeBinomial(fp(2.0)), 0.0, 2.0, (0.0, 40.0)),
+    # declared by their pieces (likelihoods.SuperGaussian): w by the generic sampler
+    "DeclaredStudentT": (lambda: declared("StudentT", df=fp(3.0), scale=fp(0.3)), 0.0, 1.0,
+                         (0.2, 1.2, 2.5)),
+    "DeclaredLaplace": (lambda: declared("Laplace", scale=fp(0.5)), 0.0, 1.0, (0.3, 1.5)),
+    "DeclaredMatern32": (lambda: declared("Matern32", scale=fp(0.5)), 0.0, 1.0, (0.3, 2.0)),
+    "GeneralisedGaussian": (lambda: declared("GeneralisedGaussian", scale=fp(0.3),
+                                             shape=fp(1.5)), 0.0, 1.0, (0.2, 1.2, 2.5)),
 }
 # the default run samples these two (each other likelihood adds 15-30 s of compilation)
-ONE_D_DEFAULT = {"Logistic", "StudentT"}  # shared with the correlated problems
+ONE_D_DEFAULT = {"Logistic", "StudentT", "DeclaredStudentT", "GeneralisedGaussian"}
 # posteriors far from Gaussian: a moment-matched Gaussian must fail the KS test
 NON_GAUSSIAN = {("BayesianSVM", 1.0), ("BayesianSVM", -1.0), ("StudentT", 1.2), ("StudentT", 2.5),
-                ("Laplace", 0.3), ("Laplace", 1.5), ("Matern32", 2.0)}
+                ("Laplace", 0.3), ("Laplace", 1.5), ("Matern32", 2.0),
+                ("DeclaredStudentT", 1.2), ("DeclaredStudentT", 2.5), ("DeclaredLaplace", 0.3),
+                ("DeclaredLaplace", 1.5), ("DeclaredMatern32", 2.0)}
 
 
 def grid_posterior(logpost, lo, hi, num=40001):
@@ -401,7 +410,9 @@ def test_single_latent_posterior_matches_grid_integration(name):
     Priors and targets make several posteriors far from Gaussian (the kink of the Laplace
     and hinge likelihoods, a heavy-tailed Student-t posterior for an outlier): for those
     the moment-matched Gaussian is asserted to fail the same KS test. The default run
-    covers Logistic and StudentT; the others need AGP_FULL_SLOW=1 (compilation time)."""
+    covers Logistic, StudentT and, declared by their pieces (``SuperGaussian``, w drawn by
+    the generic inversion sampler), the Student-t and the generalised Gaussian (shape 1.5,
+    a likelihood the library lacks); the others need AGP_FULL_SLOW=1 (compilation time)."""
     if name not in ONE_D_DEFAULT:
         full_only("the other augmented likelihoods")
     make, m0, k, values = ONE_D[name]
@@ -552,7 +563,8 @@ def student_targets():
 @functools.cache
 def correlated_run(name):
     make, m0, _, _ = ONE_D[name]
-    y = {"Logistic": logistic_targets, "StudentT": student_targets}[name]()
+    y = {"Logistic": logistic_targets, "StudentT": student_targets,
+         "GeneralisedGaussian": student_targets}[name]()
     model = agp.MCGP(kern(COR_LS, COR_VAR), make(), mean=const(m0))
     return agp.sample(model, X_COR, y, RUN, key=jax.random.PRNGKey(11)), y
 
@@ -560,6 +572,8 @@ def correlated_run(name):
 def numpy_loglik(name, y, m0):
     if name == "Logistic":
         return lambda F: np.sum(log_sigmoid(y * (F + m0)), -1)
+    if name == "GeneralisedGaussian":  # shape 1.5, scale 0.3
+        return lambda F: -np.sum(np.abs((y - F - m0) / 0.3) ** 1.5, -1)
     return lambda F: -2.0 * np.sum(np.log1p(((y - F - m0) / 0.3) ** 2 / 3.0), -1)  # df 3
 
 
@@ -576,7 +590,8 @@ def ess_oracle(loglik, K, n_chains, n_keep, n_burn, seed):
 
 # elliptical-slice (chains, kept, burn-in) per problem, and the relative standard error of
 # the sd comparison required (a 6% sd error is 4 se with AGP_FULL_SLOW=1)
-ORACLE = {"Logistic": (40, 2000, 500), "StudentT": (60, 2500, 500)}
+ORACLE = {"Logistic": (40, 2000, 500), "StudentT": (60, 2500, 500),
+          "GeneralisedGaussian": (60, 2500, 500)}
 SD_PRECISION = 0.015 if FULL else 0.04
 
 
@@ -602,13 +617,15 @@ def assert_matches_oracle(gibbs, oracle, label, prior_mean, move=1.0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["Logistic", "StudentT"])
+@pytest.mark.parametrize("name", ["Logistic", "StudentT", "GeneralisedGaussian"])
 def test_correlated_posterior_matches_elliptical_slice(name):
     """n = 30 correlated points (Matern-5/2, lengthscale 0.8, variance 2): logistic
-    classification, and Student-t regression (df 3, scale 0.3) with 3 gross outliers,
-    whose posterior is not log-concave. Gibbs (4 chains x 2500) against elliptical slice
-    sampling (independent numpy code; 40 chains x 2000 after 500 burn-in for the logistic,
-    60 x 2500 for the Student-t; 200 x 10000 with AGP_FULL_SLOW=1): the means within 4
+    classification, Student-t regression (df 3, scale 0.3) with 3 gross outliers, whose
+    posterior is not log-concave, and generalised-Gaussian regression (shape 1.5, scale 0.3,
+    declared by its pieces: w by the generic inversion sampler) on the same data. Gibbs (4
+    chains x 2500) against elliptical slice sampling (independent numpy code; 40 chains x
+    2000 after 500 burn-in for the logistic, 60 x 2500 for the regressions; 200 x 10000 with
+    AGP_FULL_SLOW=1): the means within 4
     standard errors of their difference (Gibbs se from the ESS, slice se from the spread
     of its chains), the sds likewise, resolved to 1.5% with AGP_FULL_SLOW=1 (4% here)."""
     post, y = correlated_run(name)

@@ -104,8 +104,8 @@ def test_generic_sampler_reproduces_the_exact_samplers(name):
     """At c = 0, 1 and 30, DRAWS draws of the generic sampler and of the built-in's exact
     one (Gamma, inverse Gaussian, GIG, Polya-Gamma; a point mass for the Gaussian) pass a
     two-sample Kolmogorov-Smirnov test (p > 1e-3), and their means agree with E[w] =
-    -d log phi / dt to 4 standard errors. A wrong tilt (c^2 off by 20% at c = 30) fails the same test
-    (the test can fail)."""
+    -d log phi / dt to 4 standard errors. A wrong tilt (c^2 off by 20% at c = 30) fails the
+    same test (the test can fail)."""
     lik, log_phi, y = GENERIC[name]
     k_exact, k_generic = jax.random.split(jax.random.PRNGKey(3))
     yy = jnp.full(DRAWS, y)

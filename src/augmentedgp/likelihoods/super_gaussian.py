@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
