@@ -15,7 +15,7 @@ Accuracy ([Abate2000]): the discretisation error of the CDF is below
 e^{-A} / (1 - e^{-A}) = 1.0e-8 with A = 18.4, and the Euler summation of n + m + 1 = 39 terms
 leaves errors of the same order (tests/test_super_gaussian.py: < 6e-8 against the exact
 Gamma, Levy, inverse-Gaussian, GIG and exponential CDFs; 15 terms instead of 27 left 5e-6 on
-the inverse Gaussian at c = 30). The root is found to 1e-10 in log w or |F - u| < 1e-12, so
+the inverse Gaussian at c = 30). The root is found to 1e-8 in log w or |F - u| < 1e-12, so
 the draws follow a law whose CDF is within ~1e-7 of the exact one. Cost: 39 complex
 evaluations of log phi per Newton step, 3-7 steps per draw on average; about 2e4-1.5e5
 draws per second on one CPU core, ~10-50x slower than the exact samplers (benchmarks/
@@ -44,7 +44,7 @@ __all__ = ["check_phi", "log_mixing_density", "sample", "tilted_cdf"]
 # [Abate2000]: A sets the discretisation error e^{-A}; n terms then Euler (binomial)
 # averaging of the next m partial sums.
 _A, _N, _M = 18.4, 27, 11
-_TOL_LOG_W = 1e-10  # Newton stops when a step in log w is below this,
+_TOL_LOG_W = 1e-8  # the accuracy of the root in log w (module doc),
 _TOL_CDF = 1e-12  # or |F(w) - u| is (the CDF itself is accurate to ~1e-8)
 _MAX_STEPS = 100
 
@@ -100,8 +100,8 @@ def log_mixing_density(log_phi: Callable, w):
 def _newton(log_phi: Callable, c2, u, state, args):
     """One step, on every entry, of Newton's method for F(e^z) = u in z = log w,
     safeguarded by bisection once a bracket [lo, hi] of the root is known and by steps of at
-    most 3 in z before ([Ridout2009]); an entry stops when its step is below
-    ``_TOL_LOG_W`` or |F - u| below ``_TOL_CDF``."""
+    most 3 in z before ([Ridout2009]); an entry stops when its Newton step is below
+    sqrt(``_TOL_LOG_W``) (the step is taken) or |F - u| below ``_TOL_CDF``."""
     z, lo, hi, done = state
     cdf_pdf = lambda c, x, *a: tilted_cdf(lambda t: log_phi(t, *a), c, x)
     cdf, dens = jax.vmap(cdf_pdf)(c2, jnp.exp(z), *args)
@@ -112,8 +112,31 @@ def _newton(log_phi: Callable, c2, u, state, args):
     bracketed = jnp.isfinite(lo) & jnp.isfinite(hi)
     fallback = jnp.where(bracketed, 0.5 * (lo + hi), jnp.where(val < 0.0, z + 3.0, z - 3.0))
     z_new = jnp.where(ok, newton, fallback)
-    stop = (jnp.abs(z_new - z) < _TOL_LOG_W) | (jnp.abs(val) < _TOL_CDF)
-    return jnp.where(done | stop, z, z_new), lo, hi, done | stop
+    # Newton converges quadratically: after a step below sqrt(_TOL_LOG_W) the next one would
+    # be below _TOL_LOG_W, so that step is taken and the entry stops
+    converged = ok & (jnp.abs(newton - z) < math.sqrt(_TOL_LOG_W))
+    hit = jnp.abs(val) < _TOL_CDF
+    z_out = jnp.where(done | (hit & ~converged), z, z_new)
+    return z_out, lo, hi, done | converged | hit
+
+
+def _start(mean, var, k3, u):
+    """A first guess of log w at the quantile u: w^lam taken as normal, with lam = 1 - r/3
+    (r = skewness / coefficient of variation) making its skewness vanish to first order
+    (lam = 1/3 for a gamma law: Wilson-Hilferty; lam -> 0, log-normal, for an inverse
+    Gaussian), mean and sd by the delta method. 0 where the moments are not finite (the Levy
+    law has no mean)."""
+    cv2 = var / mean**2
+    r = k3 / (var * mean)  # skewness / CV = k3 / var^1.5 * mean / sqrt(var)
+    lam = jnp.clip(1.0 - r / 3.0, -1.0, 1.0)
+    q = ndtri(u)
+    log_normal = jnp.log(mean) - 0.5 * jnp.log1p(cv2) + jnp.sqrt(jnp.log1p(cv2)) * q
+    small = jnp.abs(lam) < 0.05
+    lam_s = jnp.where(small, 1.0, lam)
+    y = 1.0 + 0.5 * lam_s * (lam_s - 1.0) * cv2 + jnp.abs(lam_s) * jnp.sqrt(cv2) * q  # (w/mean)^lam
+    power = jnp.log(mean) + jnp.log(jnp.where(y > 0.0, y, 1.0)) / lam_s
+    z = jnp.where(small | (y <= 0.0), log_normal, power)
+    return jnp.where(jnp.isfinite(z), z, 0.0)
 
 
 def sample(key, log_phi: Callable, c2, *args):
@@ -121,34 +144,33 @@ def sample(key, log_phi: Callable, c2, *args):
     the numerical CDF (module doc). ``log_phi(t, *args)`` is log phi for one entry, ``args``
     its parameters (arrays broadcast against ``c2``). Where the law is a point mass
     (Var w = d^2 log phi / dt^2 = 0, e.g. phi(t) = e^{-t}) the draw is its mean. Newton
-    starts at the quantile of the log-normal law with w's mean and variance (from autodiff
-    of log phi); once at most 1/16 of the entries are unfinished they are gathered into a
-    smaller buffer, so that the few slow ones do not cost full-size steps."""
+    starts from ``_start`` (w's first three cumulants by autodiff of log phi); once at most
+    1/4 of the entries are unfinished they are gathered into a buffer of 1/4 the size (and
+    so on), so that the few slow ones do not cost full-size steps."""
     c2 = jnp.asarray(c2, float)
     shape = jnp.broadcast_shapes(c2.shape, *(jnp.shape(a) for a in args))
     c2, *args = (jnp.broadcast_to(a, shape).reshape(-1) for a in (c2, *args))
     n = c2.size
     u = jax.random.uniform(key, (n,), float)
 
-    def moments(c, *a):
+    def cumulants(c, *a):  # kappa_k = (-1)^k d^k log phi / dt^k ([Galy-Fajou2020, App. A.2])
         d1 = jax.grad(lambda t: log_phi(t, *a))
-        return -d1(c), jax.grad(d1)(c)
+        d2 = jax.grad(d1)
+        return -d1(c), d2(c), -jax.grad(d2)(c)
 
-    mean, var = jax.vmap(moments)(c2, *args)
+    mean, var, k3 = jax.vmap(cumulants)(c2, *args)
     point = jnp.isfinite(mean) & (var <= 1e-14 * mean**2)  # a point mass: w = its mean
-    s2 = jnp.log1p(var / mean**2)
-    start = jnp.log(mean) - 0.5 * s2 + jnp.sqrt(s2) * ndtri(u)
-    z = jnp.where(jnp.isfinite(start), start, 0.0)
+    z = jnp.where(point, 0.0, _start(mean, var, k3, u))
     inf = jnp.full(n, jnp.inf)
     state = (z, -inf, inf, point)
-    sizes = [n] if n // 16 < 64 else [n, n // 16]
+    sizes = [n]  # buffers of 1/4 the size once at most 1/4 of the entries are left
+    while sizes[-1] // 4 >= 64:
+        sizes.append(sizes[-1] // 4)
     steps = jnp.zeros((), jnp.int32)
     for level, size in enumerate(sizes):
         limit = 0 if level == len(sizes) - 1 else sizes[level + 1]
-        if level == 0:
-            idx = jnp.arange(n)
-        else:
-            idx = jnp.nonzero(~state[3], size=size, fill_value=n)[0]
+        idx = (jnp.arange(n) if level == 0 else
+               jnp.nonzero(~state[3], size=size, fill_value=n)[0])
         safe = jnp.minimum(idx, n - 1)
         sub = tuple(q[safe] for q in state[:3]) + (jnp.where(idx < n, state[3][safe], True),)
         data = (c2[safe], u[safe], tuple(a[safe] for a in args))
