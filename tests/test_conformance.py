@@ -144,6 +144,11 @@ class WrongSampler(L.Laplace):
         return super().sample_omega(key, y, 2.0 * t)
 
 
+class NotCompletelyMonotone(L.Laplace):
+    def log_phi(self, y, t):  # exp(-t^1.5): phi'' < 0 near 0, no mixing law
+        return -jnp.power(t, 1.5)
+
+
 class WrongSites(L.LogisticSoftmax):
     def aux_sites(self, y, q_aux):
         beta, gamma = super().aux_sites(y, q_aux)
@@ -175,6 +180,7 @@ BROKEN = [
     (WrongMixingDensity(scale=0.9), "mixture",
      "int exp\\(log C \\+ g f - w h\\^2\\) p\\(w\\) dw"),
     (WrongSampler(scale=0.6), "mixture", "sample_aux draws follow the tilted mixing law"),
+    (NotCompletelyMonotone(), "mixture", "log_phi is admissible"),
     (WrongSites(3), "augmentation", "aux_sites: -gamma / 2 = d bound / d var"),
     (WrongBound(rate=3.0), "augmentation", "aux_sites: -gamma / 2 = d bound / d var"),
     (WrongCounts(rate=3.0), "gibbs", "sites\\(beta\\) averaged over sample_aux"),

@@ -31,6 +31,9 @@ For an :class:`~augmentedgp.augmentation.Augmented` likelihood:
 For a :class:`~augmentedgp.augmentation.ScaleMixture`, also (w integrated numerically on
 (0, inf) against ``log_mixing_density``):
 
+- phi is admissible (``augmentation.inversion.check_phi``): phi(0) = 1 and completely
+  monotone to sixth order on a grid, and, where ``sample_omega`` is the generic sampler,
+  ``log_phi`` is analytic at complex t;
 - the mixing density integrates to 1, and int exp(log C + g f - w h^2) p(w) dw = p(y | f)
   (the scale mixture integrates back to the likelihood);
 - ``log_phi(y, t)`` = log int e^{-t w} p(w) dw and ``omega_mean(y, t)`` = E[w] under the
@@ -56,9 +59,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from augmentedgp.augmentation import Augmented
+from augmentedgp.augmentation import Augmented, inversion
 from augmentedgp.augmentation.protocol import ScaleMixture
-from augmentedgp.likelihoods import Likelihood
+from augmentedgp.likelihoods import Likelihood, SuperGaussian
 
 __all__ = ["check_likelihood", "Check", "GROUPS", "integrate"]
 
@@ -600,6 +603,21 @@ def _check_mixture(rep, lik, Yp, Fp, pts, Yg, Fg, n_draws, key):
                     _call(lik, "omega_mean", _jy(lik, Yg), jnp.broadcast_to(t, np.shape(Yg))),
                     "the Gibbs points", rtol=1e-12)
         return
+
+    # phi admissible: phi(0) = 1, completely monotone; analytic at complex t where the
+    # generic sampler inverts it (sample_omega not overridden)
+    generic = (type(lik).sample_omega is ScaleMixture.sample_omega
+               or (isinstance(lik, SuperGaussian) and lik.sampler is None))
+    for yv in ys:
+        try:
+            inversion.check_phi(lambda t, yv=yv: lik.log_phi(jnp.asarray(yv), t),
+                                what=f"y = {_fmt(yv)}", complex_step=generic)
+            failure = None
+        except ValueError as err:
+            failure = str(err)
+        rep.statistic("log_phi is admissible (phi(0) = 1, completely monotone"
+                      + (", analytic)" if generic else ")"), 0.0 if failure is None else np.inf,
+                      1.0, failure or f"y = {_fmt(yv)}")
 
     def log_prior(i, s, yv):
         out = _call(lik, "log_mixing_density", jnp.asarray(yv[i]), jnp.asarray(np.exp(s)))

@@ -65,8 +65,8 @@ class SuperGaussian(Likelihood, ScaleMixture):
     sixth order on a grid, analytic at complex t: ``inversion.check_phi``) and raises a
     ValueError naming what fails. It checks the parameters' values at construction: fix
     (``augmentedgp.params.fixed``) a parameter whose training could leave the admissible
-    range (the generalised Gaussian's shape above 2, say). Being code, a SuperGaussian cannot be saved by
-    :func:`augmentedgp.save` (its hyperparameters can, as arrays).
+    range (the generalised Gaussian's shape above 2, say). Being code, a SuperGaussian
+    cannot be saved by :func:`augmentedgp.save`.
     """
 
     params: dict[str, Parameter]
