@@ -3,11 +3,12 @@ sampler against numpyro NUTS and a random-walk Metropolis baseline, on full GPs.
 
 Logistic classification (a 300-row slice of a9a) and Student-t, Laplace and Matern-3/2
 regression (Boston), hyperparameters fitted once and frozen, 4 chains: augmentedgp
-``sample(MCGP(...), GibbsSampling(...))``, numpyro ``NUTS`` (defaults, whitened latent) and
-an adaptive RWM. Measured on f with ``augmentedgp.diagnostics``: run and compile time, lag-1
+``sample(MCGP(...), GibbsSampling(...))``, the same with the likelihood declared by its
+pieces (``SuperGaussian``: w drawn by the generic inversion sampler, row Gibbs-generic),
+numpyro ``NUTS`` (defaults, whitened latent) and an adaptive RWM. Measured on f with ``augmentedgp.diagnostics``: run and compile time, lag-1
 autocorrelation, split R-hat, bulk ESS, min ESS per second and agreement with NUTS.
 
-    /work/peers-venv/bin/python benchmarks/gibbs.py            # full (~16 min), writes RESULTS.md
+    /work/peers-venv/bin/python benchmarks/gibbs.py            # full (~30 min), writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/gibbs.py --quick    # smoke test, ~2 min, no write
 """
 
