@@ -5,8 +5,9 @@ Logistic classification (a 300-row slice of a9a) and Student-t, Laplace and Mate
 regression (Boston), hyperparameters fitted once and frozen, 4 chains: augmentedgp
 ``sample(MCGP(...), GibbsSampling(...))``, the same with the likelihood declared by its
 pieces (``SuperGaussian``: w drawn by the generic inversion sampler, row Gibbs-generic),
-numpyro ``NUTS`` (defaults, whitened latent) and an adaptive RWM. Measured on f with ``augmentedgp.diagnostics``: run and compile time, lag-1
-autocorrelation, split R-hat, bulk ESS, min ESS per second and agreement with NUTS.
+numpyro ``NUTS`` (defaults, whitened latent) and an adaptive RWM. Measured on f with
+``augmentedgp.diagnostics``: run and compile time, lag-1 autocorrelation, split R-hat, bulk
+ESS, min ESS per second and agreement with NUTS.
 
     /work/peers-venv/bin/python benchmarks/gibbs.py            # full (~30 min), writes RESULTS.md
     /work/peers-venv/bin/python benchmarks/gibbs.py --quick    # smoke test, ~2 min, no write

@@ -20,17 +20,21 @@ Everything variational inference needs follows from phi ([Galy-Fajou2020, App. A
 
 Gibbs sampling uses the same site with a draw in place of E[w]: the full conditional
 p(w | y, f) is the tilted law pi(w | |h|) ([Galy-Fajou2020, Theorem 2]), drawn by
-``sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG; ``augmentedgp.samplers``),
-and ``sites(y, aux)`` is the Gaussian site given w.
+``sample_omega`` (Polya-Gamma, gamma, inverse-Gaussian or GIG, ``augmentation.samplers``, for
+the built-ins; by default the generic sampler of ``augmentation.inversion``, numerical
+inversion of phi's Laplace transform [Galy-Fajou2020, Algorithm 2]), and ``sites(y, aux)``
+is the Gaussian site given w.
 
 Two abstract classes. ``Augmented`` is the protocol that inference uses: ``aux_posterior``,
 ``aux_sites``, ``augmented_expectations``, ``sample_aux`` and ``sites``, one signature each.
 ``ScaleMixture(Augmented)`` implements those five once from the pieces above, which a
-subclass gives: ``super_gaussian`` (log C, g, a, b), ``log_phi``, ``log_mixing_density``
-(p(w), for the numerical checks of ``augmentedgp.testing``) and ``sample_omega``, with
-``omega_mean`` (default: -d log phi / dt by autodiff) optional. Likelihoods with a
-hierarchical augmentation (the Poisson with a scaled-logistic link, the multi-latent ones)
-subclass ``Augmented`` and give the five methods directly.
+subclass gives: ``super_gaussian`` (log C, g, a, b) and ``log_phi``, with
+``omega_mean`` (default: -d log phi / dt by autodiff), ``sample_omega`` and
+``log_mixing_density`` (p(w), for the numerical checks of ``augmentedgp.testing``; both by
+default by numerical inversion of phi) optional: closed forms and exact samplers.
+``likelihoods.SuperGaussian`` builds such a likelihood from its pieces, with no class.
+Likelihoods with a hierarchical augmentation (the Poisson with a scaled-logistic link, the
+multi-latent ones) subclass ``Augmented`` and give the five methods directly.
 """
 
 from __future__ import annotations
