@@ -5,7 +5,10 @@ Logistic classification (a 300-row slice of a9a) and Student-t, Laplace and Mate
 regression (Boston), hyperparameters fitted once and frozen, 4 chains: augmentedgp
 ``sample(MCGP(...), GibbsSampling(...))``, the same with the likelihood declared by its
 pieces (``SuperGaussian``: w drawn by the generic inversion sampler, row Gibbs-generic),
-numpyro ``NUTS`` (defaults, whitened latent) and an adaptive RWM. Measured on f with
+numpyro ``NUTS`` (defaults, whitened latent), NUTS on the augmented joint p(f, w | y) (the
+thesis' sec. 7.3 question: is the gain the augmentation's or the Gibbs scheme's? row
+NUTS-augmented; not for the logistic, whose Polya-Gamma prior has no usable density) and an
+adaptive RWM. Measured on f with
 ``augmentedgp.diagnostics``: run and compile time, lag-1 autocorrelation, split R-hat, bulk
 ESS, min ESS per second and agreement with NUTS.
 
@@ -33,9 +36,10 @@ from jax import lax  # noqa: E402
 import augmentedgp as agp  # noqa: E402
 
 LIKELIHOODS = ("logistic", "studentt", "laplace", "matern32")
-# Gibbs-generic: the same likelihood declared by its pieces (likelihoods.SuperGaussian), w drawn
-# by the generic numerical-inversion sampler instead of the exact one
-METHODS = ("RWM", "NUTS", "Gibbs", "Gibbs-generic")
+# NUTS-augmented: NUTS on the augmented joint p(f, w | y) (thesis sec. 7.3); Gibbs-generic: the
+# same likelihood declared by its pieces (likelihoods.SuperGaussian), w drawn by the generic
+# numerical-inversion sampler instead of the exact one
+METHODS = ("RWM", "NUTS", "NUTS-augmented", "Gibbs", "Gibbs-generic")
 LABEL = {"logistic": "Logistic", "studentt": "Student-t", "laplace": "Laplace",
          "matern32": "Matern 3/2"}
 STUDENT_DF, RWM_TARGET = 4.0, 0.234
@@ -181,12 +185,40 @@ def run_gibbs_generic(prob, L, args, key):
     return res
 
 
-def run_nuts(prob, L, args, key):
+def mixing_prior(lik):
+    """The mixing law p(w) of a scale-mixture likelihood as a numpyro distribution (its Laplace
+    transform is phi, [Galy-Fajou2020, Table 1]); None for the Polya-Gamma law, whose density
+    is an alternating series (thesis sec. 7.3: HMC needs the prior density)."""
+    dist, L = numpyro.distributions, agp.likelihoods
+    if isinstance(lik, L.StudentT):
+        nu = lik.df.value
+        return dist.Gamma(0.5 * (nu + 1.0), nu)
+    if isinstance(lik, L.Laplace):  # Levy: InvGamma(1/2, 1 / (4 scale^2))
+        return dist.InverseGamma(0.5, 0.25 / lik.scale.value**2)
+    if isinstance(lik, L.Matern32):  # InvGamma(3/2, a^2 / 4), a = sqrt(3) / scale
+        return dist.InverseGamma(1.5, 0.75 / lik.scale.value**2)
+    return None
+
+
+def run_nuts_augmented(prob, L, args, key):
+    return run_nuts(prob, L, args, key, augmented=True)
+
+
+def run_nuts(prob, L, args, key, augmented=False):
     dist, y, n = numpyro.distributions, jnp.asarray(prob["y"]), len(prob["y"])
+    lik = prob["likelihood"]
 
     def model():
         v = numpyro.sample("v", dist.Normal(0.0, 1.0).expand([n]).to_event(1))
-        numpyro.factor("loglik", jnp.sum(loglik(prob, y, L @ v)))
+        f = L @ v
+        if not augmented:
+            numpyro.factor("loglik", jnp.sum(loglik(prob, y, f)))
+            return
+        # the augmented joint: w_i ~ p(w), log p(y_i | f_i, w_i) = log C - w_i h_i^2
+        # ([Galy-Fajou2020, Theorem 1]); numpyro samples log w (its positive transform)
+        w = numpyro.sample("w", mixing_prior(lik).expand([n]).to_event(1))
+        s = lik.super_gaussian(y)
+        numpyro.factor("loglik", jnp.sum(s.log_c + s.g * f - w * (s.a + s.b * f) ** 2))
 
     mcmc = numpyro.infer.MCMC(numpyro.infer.NUTS(model), num_warmup=args.nuts_warmup,
                               num_samples=args.nuts_samples, num_chains=args.chains,
@@ -210,7 +242,8 @@ def run_nuts(prob, L, args, key):
     depth = np.log2(steps + 1.0)
     return {"f": np.asarray(jnp.einsum("csj,ij->csi", v, L)), "timing": t, "compile": compile_s,
             "sampling_wall": ts["wall"] - ts["compile"],
-            "settings": f"warm-up {args.nuts_warmup}, {args.nuts_samples} kept, thin 1",
+            "settings": f"warm-up {args.nuts_warmup}, {args.nuts_samples} kept, thin 1"
+                        + (", on (f, w): 2n dimensions" if augmented else ""),
             "iterations": args.chains * (args.nuts_warmup + args.nuts_samples),
             "leapfrog": [int(warm.sum()), int(steps.sum())],
             "divergences": int(extra["diverging"].sum()), "step_size": sizes.tolist(),
@@ -339,12 +372,16 @@ def bench_problem(prob, args, methods):
         out["loglik_check"] = check_loglik(prob)
         print(f"   max |numpyro - augmentedgp log p(y | f)| = {out['loglik_check']:.2e}")
     runners = {"Gibbs": run_gibbs, "NUTS": run_nuts, "RWM": run_rwm,
-               "Gibbs-generic": run_gibbs_generic}
+               "Gibbs-generic": run_gibbs_generic, "NUTS-augmented": run_nuts_augmented}
     for i, m in enumerate(METHODS):
         if m not in methods:
             continue
-        if m == "NUTS" and numpyro is None:
+        if m.startswith("NUTS") and numpyro is None:
             out["errors"][m] = H.SKIPPED["numpyro"]
+            continue
+        if m == "NUTS-augmented" and mixing_prior(prob["likelihood"]) is None:
+            out["errors"][m] = ("not run: the Polya-Gamma prior density is an alternating "
+                                "series, which HMC cannot use (thesis sec. 7.3)")
             continue
         try:
             res = out["runs"][m] = runners[m](prob, L, args, jax.random.fold_in(key, i))
@@ -507,6 +544,17 @@ def intro(args, all_res):
         f"(max difference to augmentedgp's `log_prob`: {checks or 'not checked'}); "
         "`mcmc.warmup` then `mcmc.run`, timed apart, the compile seconds JAX reports inside "
         "them subtracted (the leapfrog counts are in the notes).",
+        "- *NUTS-augmented*: the same NUTS on the augmented joint p(f, w | y) ([Galy-Fajou2020,"
+        " Theorem 1]; thesis sec. 7.3): w_i ~ p(w) as numpyro's `Gamma((df + 1) / 2, df)` "
+        "(Student-t), `InverseGamma(1/2, 1 / (4 scale^2))` (Laplace) and `InverseGamma(3/2, "
+        "3 / (4 scale^2))` (Matern 3/2), sampled in log w, and `numpyro.factor` of sum log C "
+        "+ g f - w h^2 from the likelihood's `super_gaussian` pieces: 2n dimensions. Not for "
+        "the logistic: the Polya-Gamma prior density is an alternating series.",
+        "- *Gibbs-generic*: *Gibbs* with the likelihood declared by its pieces "
+        "(`likelihoods.SuperGaussian(log_phi, log_c=, g=, a=, b=)`, log p(y | f) checked "
+        "against the built-in's to 1e-10), so w is drawn by the generic sampler "
+        "(`augmentation.inversion.sample`: numerical Laplace inversion and Newton) instead "
+        "of the exact one.",
         f"- *RWM*: random-walk Metropolis on the same whitened target (this script, "
         f"`lax.scan`, chains `vmap`-ed): {args.rwm_thin} x {args.samples} warm-up iterations "
         f"adapting log s by Robbins-Monro towards {RWM_TARGET} acceptance from s = 2.38 / "
