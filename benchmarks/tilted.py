@@ -86,7 +86,7 @@ def main():
                             "exact / generic", "two-sample KS p"], rows), "",
             f"The generic sampler is {min(slow):.1f}-{max(slow):.1f}x slower per draw than the "
             "exact ones (median " f"{np.median(slow):.1f}x). Its cost is 39 complex "
-            "evaluations of log phi per Newton step, 3-7 steps per draw on average, so it "
+            "evaluations of log phi per Newton step, 3-4 steps per draw on average, so it "
             "is slowest where log phi is dear (log cosh for the Polya-Gamma laws)."]
     text = H.report("The generic sampler of the tilted mixing law against the exact ones",
                     [f"{args.draws} draws per tilt, one thread, compile excluded (best of "

@@ -17,9 +17,9 @@ leaves errors of the same order (tests/test_super_gaussian.py: < 6e-8 against th
 Gamma, Levy, inverse-Gaussian, GIG and exponential CDFs; 15 terms instead of 27 left 5e-6 on
 the inverse Gaussian at c = 30). The root is found to 1e-8 in log w or |F - u| < 1e-12, so
 the draws follow a law whose CDF is within ~1e-7 of the exact one. Cost: 39 complex
-evaluations of log phi per Newton step, 3-7 steps per draw on average; about 2e4-1.5e5
-draws per second on one CPU core, ~10-50x slower than the exact samplers (benchmarks/
-tilted.py).
+evaluations of log phi per Newton step, 3-4 steps per draw on average; about 1e4-8e4 draws
+per second on one CPU core, 12-360x slower than the exact samplers of the built-in
+likelihoods (benchmarks/tilted.py, RESULTS.md).
 
 phi must be given as ``log_phi(t)``, written so that it also evaluates at complex t with
 Re t > 0 (jnp.sqrt, jnp.log1p, jnp.power, ...: the analytic continuation of phi, which the
