@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FULL, elliptical_slice, load_shared
+from conftest import FULL, declared, elliptical_slice, load_shared
 from jax import lax
 
 import augmentedgp as agp
@@ -379,6 +379,11 @@ def test_augmented_term_at_zero_variance_is_the_log_density():
                             lambda y, t: stats.poisson.logpmf(y, 7.0 * sig(t)), None),
         "NegativeBinomial": (LIK.NegativeBinomial(2.5), rng.poisson(3.0, n).astype(float),
                              lambda y, t: stats.nbinom.logpmf(y, 2.5, 1.0 - sig(t)), None),
+        # declared by its pieces: the generalised Gaussian, shape 1.5 (scipy's gennorm)
+        "SuperGaussian": (declared("GeneralisedGaussian", scale=0.7, shape=fixed(positive(1.5))),
+                          2.0 * rng.normal(size=n),
+                          lambda y, t: stats.gennorm.logpdf(y, 1.5, loc=t, scale=0.7),
+                          lambda y: y),
     }
     assert sorted(cases) == sorted(a for a in AUGMENTED
                                    if not issubclass(getattr(LIK, a), LIK.MultiLatent))
