@@ -72,9 +72,10 @@ class SuperGaussian(Likelihood, ScaleMixture):
     params: dict[str, Parameter]
     support: str = eqx.field(static=True)
     name: str = eqx.field(static=True)
-    pieces: tuple = eqx.field(static=True)
+    form: SuperGaussianForm = eqx.field(static=True)  # the functions log_c, g, a, b of y
     log_phi_fn: Callable = eqx.field(static=True)
-    moments: tuple = eqx.field(static=True)
+    mean_fn: Callable | None = eqx.field(static=True)
+    variance_fn: Callable | None = eqx.field(static=True)
     sampler: Callable | None = eqx.field(static=True)
 
     def __init__(self, log_phi: Callable, *, log_c=0.0, g=0.0, a=0.0, b=1.0,
@@ -92,9 +93,10 @@ class SuperGaussian(Likelihood, ScaleMixture):
         self.params = {str(k): positive(v, f"{name} parameter {k!r}")
                        for k, v in dict(params or {}).items()}
         self.support, self.name = support, name
-        self.pieces = tuple(_piece(v, label) for v, label in
-                            ((log_c, "log_c"), (g, "g"), (a, "a"), (b, "b")))
-        self.log_phi_fn, self.moments, self.sampler = log_phi, (mean, variance), sample_omega
+        self.form = SuperGaussianForm(log_c=_piece(log_c, "log_c"), g=_piece(g, "g"),
+                                      a=_piece(a, "a"), b=_piece(b, "b"))
+        self.log_phi_fn, self.sampler = log_phi, sample_omega
+        self.mean_fn, self.variance_fn = mean, variance
         values = self._values()
         if all(is_concrete(v) for v in values.values()):
             inversion.check_phi(lambda t: log_phi(t, **values), what=name,
@@ -113,7 +115,7 @@ class SuperGaussian(Likelihood, ScaleMixture):
     def super_gaussian(self, y):
         p = self._values()
         shape = jnp.shape(y)
-        return SuperGaussianForm(*(jnp.broadcast_to(fn(y, **p), shape) for fn in self.pieces))
+        return SuperGaussianForm(*(jnp.broadcast_to(fn(y, **p), shape) for fn in self.form))
 
     def log_phi(self, y, t):
         return self.log_phi_fn(t, **self._values())
@@ -141,16 +143,16 @@ class SuperGaussian(Likelihood, ScaleMixture):
                                        var, self._kink(y), 20, log=True)
 
     def conditional_mean(self, f):
-        if self.moments[0] is not None:
-            return self.moments[0](f, **self._values())
+        if self.mean_fn is not None:
+            return self.mean_fn(f, **self._values())
         if self.support == "binary":
             return jnp.exp(self.log_prob(jnp.ones_like(f), f))  # p(y = +1 | f)
         raise ValueError(f"{self.name}: E[y | f] is not known; pass mean=fn(f, **params) "
                          "(and variance=) to SuperGaussian to predict y")
 
     def conditional_variance(self, f):
-        if self.moments[1] is not None:
-            return self.moments[1](f, **self._values())
+        if self.variance_fn is not None:
+            return self.variance_fn(f, **self._values())
         if self.support == "binary":
             p = self.conditional_mean(f)
             return p * (1.0 - p)
