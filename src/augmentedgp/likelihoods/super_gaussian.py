@@ -163,7 +163,7 @@ class SuperGaussian(Likelihood, ScaleMixture):
         """w ~ pi(w | t): ``sample_omega`` if given, else the numerical inversion."""
         if self.sampler is not None:
             return self.sampler(key, t, **self._values())
-        return inversion.sample(key, lambda tt: self.log_phi(None, tt), t)
+        return super().sample_omega(key, y, t)
 
 
 __all__ = ["SuperGaussian"]
