@@ -49,6 +49,7 @@ BUILTIN = {
                                        "predict_proba": 4e-6}),
     L.RobustMax: (L.RobustMax(3), 1e-6),
     L.HeteroscedasticGaussian: (L.HeteroscedasticGaussian(precision=2.0), 1e-6),
+    L.HeteroscedasticStudentT: (L.HeteroscedasticStudentT(df=3.5, precision=2.0), 1e-6),
     # declared by its pieces: the generalised Gaussian, shape 1.5 (mixing law by inversion)
     L.SuperGaussian: (declared("GeneralisedGaussian", scale=0.8, shape=fixed(positive(1.5))),
                       1e-6),

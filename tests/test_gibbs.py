@@ -897,9 +897,9 @@ def test_progress_counts_every_sweep_of_every_chain(monkeypatch):
 def test_shapes_of_samples_and_aux():
     """f, v, aux shapes: single latent (Gaussian: w = 1), sparse (v at the M inducing
     points), multi-class (CountAux (..., n, C)), heteroscedastic (CountAux (..., n) with
-    sigmoid(g)). Counts are non-negative integers; the Polya-Gamma draws PG(y + n, f) / 2
-    are positive where y + n > 0 and exactly 0 where y + n = 0 (PG(0, c) = 0). Without
-    store_aux no aux is kept."""
+    f_precision = precision sigmoid(g)). Counts are non-negative integers; the Polya-Gamma
+    draws PG(y + n, f) / 2 are positive where y + n > 0 and exactly 0 where y + n = 0
+    (PG(0, c) = 0). Without store_aux no aux is kept."""
     post = gauss_small_run()
     n = len(YG)
     assert post.f.shape == post.v.shape == post.aux.shape == (2, 5, n)
@@ -912,7 +912,7 @@ def test_shapes_of_samples_and_aux():
     sm = softmax_far_run()
     S = MULTI_RUN.n_samples
     assert sm.f.shape == sm.v.shape == (4, S, N_SM, 3)
-    assert sm.aux.n.shape == sm.aux.w.shape == (4, S, N_SM, 3) and sm.aux.sigmoid_g is None
+    assert sm.aux.n.shape == sm.aux.w.shape == (4, S, N_SM, 3) and sm.aux.f_precision is None
     counts, w = np.asarray(sm.aux.n), np.asarray(sm.aux.w)
     assert np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.max() > 0
     b = counts + np.eye(3)[SM_LABELS_FAR]
@@ -921,8 +921,8 @@ def test_shapes_of_samples_and_aux():
     assert np.max(sm.rhat()) < 1.01
     het = hetero_far_run()
     assert het.f.shape == het.v.shape == (4, S, N_HET, 2)
-    assert het.aux.n.shape == het.aux.w.shape == het.aux.sigmoid_g.shape == (4, S, N_HET)
-    sg = np.asarray(het.aux.sigmoid_g)
+    assert het.aux.n.shape == het.aux.w.shape == het.aux.f_precision.shape == (4, S, N_HET)
+    sg = np.asarray(het.aux.f_precision) / HET_PREC
     assert np.all((sg > 0) & (sg < 1)) and np.all(np.asarray(het.aux.w) > 0)
 
 

@@ -169,7 +169,8 @@ LIKELIHOODS = {  # name: (constructor argument, the targets it takes)
     "NegativeBinomial": ("r", "counts"), "Gamma": ("shape", "fraction"),
     "Beta": ("precision", "fraction"), "LogisticSoftmax": ("classes", "classes3"),
     "Softmax": ("classes", "classes3"), "RobustMax": ("classes", "classes3"),
-    "HeteroscedasticGaussian": ("precision", "real")}
+    "HeteroscedasticGaussian": ("precision", "real"),
+    "HeteroscedasticStudentT": ("precision", "real")}
 
 
 @st.composite
@@ -250,9 +251,10 @@ test_fit_gp, test_fit_gp_full = property_test("fit_gp", gp_cases, 10, 1000)(
 SVGP_LIKELIHOODS = {"Gaussian": "real", "StudentT": "real", "Laplace": "real",
                     "Logistic": "binary01", "BayesianSVM": "binarypm", "Poisson": "counts",
                     "NegativeBinomial": "counts", "LogisticSoftmax": "classes3",
-                    "HeteroscedasticGaussian": "real"}
+                    "HeteroscedasticGaussian": "real", "HeteroscedasticStudentT": "real"}
 AUGMENTABLE = {"Gaussian", "StudentT", "Laplace", "Logistic", "BayesianSVM",
-               "NegativeBinomial", "LogisticSoftmax", "HeteroscedasticGaussian"}
+               "NegativeBinomial", "LogisticSoftmax", "HeteroscedasticGaussian",
+               "HeteroscedasticStudentT"}
 
 
 @st.composite

@@ -64,11 +64,13 @@ class SuperGaussianForm(NamedTuple):
 
 class CountAux(NamedTuple):
     """A Gibbs draw of a count-then-Polya-Gamma augmentation: counts n and w = PG(. , |f|) / 2
-    (with ``sigmoid_g`` = sigmoid(g) for the heteroscedastic likelihood)."""
+    (with ``f_precision``, for the heteroscedastic likelihoods, the precision of the
+    collapsed site of f given g: precision sigmoid(g), times the Gamma scale u for
+    Student-t)."""
 
     n: jax.Array
     w: jax.Array
-    sigmoid_g: jax.Array | None = None
+    f_precision: jax.Array | None = None
 
 
 class Tilt(NamedTuple):

@@ -6,7 +6,12 @@ from augmentedgp.augmentation import Augmented
 from augmentedgp.likelihoods.base import Likelihood, MultiLatent
 from augmentedgp.likelihoods.binary import BayesianSVM, Bernoulli, Logistic, Probit
 from augmentedgp.likelihoods.counts import LogisticPoisson, NegativeBinomial, Poisson, PoissonTilt
-from augmentedgp.likelihoods.heteroscedastic import HeteroscedasticGaussian, HeteroTilt
+from augmentedgp.likelihoods.heteroscedastic import (
+    HeteroscedasticGaussian,
+    HeteroscedasticStudentT,
+    HeteroStudentTilt,
+    HeteroTilt,
+)
 from augmentedgp.likelihoods.multiclass import (
     Categorical,
     LogisticSoftmax,
@@ -21,8 +26,8 @@ from augmentedgp.likelihoods.super_gaussian import SuperGaussian
 __all__ = ["Likelihood", "MultiLatent", "Gaussian", "StudentT", "Laplace", "Matern32",
            "Bernoulli", "Logistic", "Probit", "BayesianSVM", "Poisson", "LogisticPoisson",
            "NegativeBinomial", "Gamma", "Beta", "Categorical", "LogisticSoftmax", "Softmax",
-           "RobustMax", "HeteroscedasticGaussian", "PoissonTilt", "SoftmaxTilt", "HeteroTilt",
-           "SuperGaussian", "augmentable"]
+           "RobustMax", "HeteroscedasticGaussian", "HeteroscedasticStudentT", "PoissonTilt",
+           "SoftmaxTilt", "HeteroTilt", "HeteroStudentTilt", "SuperGaussian", "augmentable"]
 
 
 def augmentable() -> tuple[type[Likelihood], ...]:

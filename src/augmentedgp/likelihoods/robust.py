@@ -123,47 +123,18 @@ class StudentT(Likelihood, ScaleMixture):
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         """Accurate for any variance (Gauss-Hermite is not once sqrt(var) >~ scale sqrt(df):
-        the integrand has poles at f = y +- i scale sqrt(df)). ``n``: trapezoid nodes
-        (None: 256).
-
-        Frullani: log(1 + a) = int_0^inf (e^{-u} - e^{-u(1+a)}) du/u, and for r = y - f ~
-        N(d, v), E exp(-u r^2/c) = (1 + 2uv/c)^{-1/2} exp(-u d^2/(c + 2uv)), c = df scale^2.
-        The u-integral is done by the trapezoid rule in t = log u (geometric convergence;
-        256 nodes: ~1e-14 even for (y - mean)^2 / (df scale^2) ~ 1e10).
-        """
-        n = 256 if n is None else n
+        the integrand has poles at f = y +- i scale sqrt(df)): :func:`expected_log1p_square`
+        with ``n`` trapezoid nodes (None: 256)."""
         nu = self.df.value
-        c = nu * self.scale.value**2
-        d, v = jnp.asarray(y - mean), jnp.asarray(var)
-        d, v = jnp.broadcast_arrays(d, v)
-        # below lo the integrand is ~ e^t (v + d^2)/c < 1e-16 of the result; above hi e^{-e^t}
-        lo = jax.lax.stop_gradient(-37.0 - jnp.log1p((v + d**2) / c))
-        t, h = base.uniform_nodes(lo, math.log(40.0), n)
-        u = jnp.exp(t)
-        vv, dd = v[..., None], d[..., None]
-        g = 0.5 * jnp.log1p(2.0 * u * vv / c) + u * dd**2 / (c + 2.0 * u * vv)
-        e_log1p = h * jnp.sum(jnp.exp(-u) * -jnp.expm1(-g), axis=-1)  # E log(1 + r^2/c)
+        e_log1p = expected_log1p_square(y - mean, var, nu * self.scale.value**2,
+                                        256 if n is None else n)
         return self._log_norm() - 0.5 * (nu + 1.0) * e_log1p
 
     def predictive_log_prob(self, y, mean, var):
-        """Accurate for any variance (the generic Gauss-Hermite rule is not, see above).
-
-        Scale mixture: t_df(y | f, s) = int N(y | f, s^2 w) InvGamma(w | df/2, df/2) dw, so
-        p(y) = int N(y | mean, var + s^2 w) InvGamma(w | df/2, df/2) dw; trapezoid rule in
-        t = log w (512 nodes: ~1e-11 relative for df in [0.1, 200], any var, y - mean).
-        """
-        b, s2 = 0.5 * self.df.value, self.scale.value**2
-        d2, v = jnp.broadcast_arrays(jnp.asarray(y - mean) ** 2, jnp.asarray(var))
-        # the integrand peaks below t = log((d^2 + v)/s^2) and is < e^{-40} of its peak
-        # outside [lo, hi]: exp(-b (e^{-t} + t - 1)) on the left, e^{-(b + 1/2) t} on the right
-        lo = -jnp.minimum(jnp.sqrt(80.0 / b), jnp.log1p(80.0 / b) + 5.0)
-        peak = jnp.maximum(0.0, jnp.log(jnp.maximum(d2 + v, 1e-300) / s2))
-        hi = peak + jnp.sqrt(80.0 / b) + 40.0 / (b + 0.5)
-        t, h = base.uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), 512)
-        tot = v[..., None] + s2 * jnp.exp(t)
-        log_f = (b * jnp.log(b) - gammaln(b) - b * (t + jnp.exp(-t))  # InvGamma(w) dw/dt
-                 - 0.5 * (_LOG_2PI + jnp.log(tot) + d2[..., None] / tot))
-        return jax.scipy.special.logsumexp(log_f, axis=-1) + jnp.log(h)
+        """Accurate for any variance (the generic Gauss-Hermite rule is not, see above):
+        :func:`student_t_log_predictive`."""
+        return student_t_log_predictive((y - mean) ** 2, var, self.df.value,
+                                        2.0 * jnp.log(self.scale.value))
 
     def conditional_mean(self, f):
         return f
@@ -355,3 +326,44 @@ class Matern32(Likelihood, ScaleMixture):
         # GIG(-3/2, 2 t, a^2 / 2), density ~ w^{-5/2} e^{-t w - a^2 / (4 w)}
         a = self._a()
         return samplers.gig(key, -1.5, 2.0 * t, 0.5 * a**2)
+
+
+def expected_log1p_square(d, v, c, n: int = 256):
+    """E log(1 + r^2 / c) for r ~ N(d, v), elementwise, accurate for any v, d and c > 0.
+
+    Frullani: log(1 + a) = int_0^inf (e^{-u} - e^{-u(1+a)}) du/u, and
+    E exp(-u r^2/c) = (1 + 2uv/c)^{-1/2} exp(-u d^2/(c + 2uv)). The u-integral is done by
+    the trapezoid rule in t = log u with ``n`` nodes (geometric convergence; 256 nodes:
+    ~1e-14 even for (d^2 + v) / c ~ 1e10)."""
+    d, v, c = jnp.broadcast_arrays(jnp.asarray(d, float), jnp.asarray(v, float),
+                                   jnp.asarray(c, float))
+    # below lo the integrand is ~ e^t (v + d^2)/c < 1e-16 of the result; above hi e^{-e^t}
+    lo = jax.lax.stop_gradient(-37.0 - jnp.log1p((v + d**2) / c))
+    t, h = base.uniform_nodes(lo, math.log(40.0), n)
+    u = jnp.exp(t)
+    vv, dd, cc = v[..., None], d[..., None], c[..., None]
+    g = 0.5 * jnp.log1p(2.0 * u * vv / cc) + u * dd**2 / (cc + 2.0 * u * vv)
+    return h * jnp.sum(jnp.exp(-u) * -jnp.expm1(-g), axis=-1)
+
+
+def student_t_log_predictive(d2, v, df, log_s2, n: int = 512):
+    """log int t_df(d | f, s) N(f | 0, v) df for d^2 = ``d2`` and log s^2 = ``log_s2``,
+    elementwise, accurate for any v, d and s (~1e-11 relative for df in [0.1, 200] with the
+    default ``n``; s^2 itself may exceed float64).
+
+    Scale mixture: t_df(d | f, s) = int N(d | f, s^2 w) InvGamma(w | df/2, df/2) dw, so the
+    integral is int N(d | 0, v + s^2 w) InvGamma(w | df/2, df/2) dw, done by the trapezoid
+    rule in t = log w with ``n`` nodes."""
+    b = 0.5 * df
+    d2, v, log_s2 = jnp.broadcast_arrays(jnp.asarray(d2, float), jnp.asarray(v, float),
+                                         jnp.asarray(log_s2, float))
+    # the integrand peaks below t = log((d^2 + v)/s^2) and is < e^{-40} of its peak
+    # outside [lo, hi]: exp(-b (e^{-t} + t - 1)) on the left, e^{-(b + 1/2) t} on the right
+    lo = -jnp.minimum(jnp.sqrt(80.0 / b), jnp.log1p(80.0 / b) + 5.0)
+    peak = jnp.maximum(0.0, jnp.log(jnp.maximum(d2 + v, 1e-300)) - log_s2)
+    hi = peak + jnp.sqrt(80.0 / b) + 40.0 / (b + 0.5)
+    t, h = base.uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), n)
+    log_tot = jnp.logaddexp(jnp.log(v)[..., None], log_s2[..., None] + t)  # log(v + s^2 w)
+    log_f = (b * jnp.log(b) - gammaln(b) - b * (t + jnp.exp(-t))  # InvGamma(w) dw/dt
+             - 0.5 * (_LOG_2PI + log_tot + d2[..., None] * jnp.exp(-log_tot)))
+    return jax.scipy.special.logsumexp(log_f, axis=-1) + jnp.log(h)
