@@ -467,6 +467,22 @@ def hetero_far_run():
                       key=jax.random.PRNGKey(4))
 
 
+HT_DF = 3.0
+HT_Y_FAR = np.resize([0.5, 2.5, 6.0], N_HET)
+
+
+def hetero_t_model():
+    return agp.MCGP([kern(*p) for p in HET_KERNELS],
+                    LIK.HeteroscedasticStudentT(fp(HT_DF), fp(HET_PREC)),
+                    mean=[const(c) for c in HET_MEANS])
+
+
+@functools.cache
+def hetero_t_far_run():
+    return agp.sample(hetero_t_model(), X_FAR[:N_HET], HT_Y_FAR, MULTI_RUN,
+                      key=jax.random.PRNGKey(5))
+
+
 def grid_moments(logp, axes):
     """Means and variances of each coordinate of the density exp(logp) on the product
     grid ``axes`` (logp evaluated on the meshgrid, 'ij' indexing)."""
@@ -539,6 +555,33 @@ def test_heteroscedastic_single_point_matches_grid_integration():
         draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
         assert_multi_moments(draws, exact, f"hetero y={value:g}")
     assert shifts[0] > 0.05 and shifts[1] < -0.05 and shifts[2] < -0.3, shifts
+
+
+def test_heteroscedastic_student_t_single_point_matches_grid_integration():
+    """Heteroscedastic Student-t (df 3), f ~ N(0, 1), g ~ N(1, 0.8),
+    y ~ t_3(f, precision-scale sigmoid(g)): E and Var of (f, g) from the Gibbs draws
+    (u, n, w | f, g; f | g, u; again u, n, w; g | n, w) against a 2-D grid integration
+    (801 x 801) of scipy's density. y = 2.5 moves g down (more noise); y = 6 is an outlier,
+    which the heavy tails absorb partly by f staying near 0 (asserted: E f < 2, where a
+    Gaussian likelihood would pull f to ~3), partly by more noise."""
+    post = hetero_t_far_run()
+    F = np.asarray(post.f)
+    assert F.shape == (4, MULTI_RUN.n_samples, N_HET, 2)
+    (_, vf), (_, vg) = HET_KERNELS
+    af = np.linspace(-10.0, 12.0, 801)
+    ag = HET_MEANS[1] + np.linspace(-12.0, 12.0, 801) * math.sqrt(vg)
+    Fg, Gg = np.meshgrid(af, ag, indexing="ij")
+    prior = -0.5 * Fg**2 / vf - 0.5 * (Gg - HET_MEANS[1]) ** 2 / vg
+    moments = {}
+    for value in (0.5, 2.5, 6.0):
+        loglik = stats.t.logpdf(value, HT_DF, loc=Fg,
+                                scale=1.0 / np.sqrt(HET_PREC * special.expit(Gg)))
+        exact = grid_moments(prior + loglik, [af, ag])
+        moments[value] = exact
+        cols = np.flatnonzero(HT_Y_FAR == value)
+        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
+        assert_multi_moments(draws, exact, f"hetero-t y={value:g}")
+    assert moments[2.5][1, 0] < HET_MEANS[1] - 0.05 and moments[6.0][0, 0] < 2.0
 
 
 # --- correlated problems: a long elliptical-slice run --------------------------------------
@@ -710,6 +753,48 @@ def test_heteroscedastic_correlated_matches_elliptical_slice():
     pm, pse, psd, pse_sd = ess_oracle(loglik, K, *oracle_size("hetero"), seed=23)
     F = np.asarray(post.f).transpose(0, 1, 3, 2).reshape(*post.f.shape[:2], 2 * n)
     assert_matches_oracle(per_point_se(F), (pm + mu0, pse, psd, pse_sd), "hetero", mu0,
+                          move=1.0)
+
+
+def het_t_cor_targets():
+    rng = np.random.default_rng(10)
+    x = X_COR[:N_HET, 0]
+    y = np.sin(x) + np.where(x > 3.0, 1.0, 0.3) * rng.standard_t(HT_DF, N_HET)
+    y[[3, 12]] += [3.0, -4.0]  # gross outliers
+    return y
+
+
+@functools.cache
+def hetero_t_cor_run():
+    y = het_t_cor_targets()
+    return agp.sample(hetero_t_model(), X_COR[:N_HET], y, MULTI_RUN,
+                      key=jax.random.PRNGKey(14)), y
+
+
+@pytest.mark.slow
+def test_heteroscedastic_student_t_correlated_matches_elliptical_slice():
+    """Heteroscedastic Student-t (df 3), 20 correlated points (noise scale 0.3 left, 1.0
+    right, two gross outliers): Gibbs of (f, g) (4 chains x 2000; 6000 with AGP_FULL_SLOW=1)
+    against elliptical slice sampling of the joint latent (2 x 20; 60 chains x 2500 here,
+    200 x 10000 with AGP_FULL_SLOW=1) with scipy's density: means and sds within 4 standard
+    errors."""
+    post, y = hetero_t_cor_run()
+    n = N_HET
+    X = X_COR[:n]
+    K = np.zeros((2 * n, 2 * n))
+    K[:n, :n] = matern52(X, X, *HET_KERNELS[0])
+    K[n:, n:] = matern52(X, X, *HET_KERNELS[1])
+    K += 1e-10 * np.eye(2 * n)
+    mu0 = np.repeat(HET_MEANS, n)
+
+    def loglik(F):
+        f, g = F[:, :n] + mu0[:n], F[:, n:] + mu0[n:]
+        return np.sum(stats.t.logpdf(y, HT_DF, loc=f,
+                                     scale=1.0 / np.sqrt(HET_PREC * special.expit(g))), -1)
+
+    pm, pse, psd, pse_sd = ess_oracle(loglik, K, *oracle_size("StudentT"), seed=24)
+    F = np.asarray(post.f).transpose(0, 1, 3, 2).reshape(*post.f.shape[:2], 2 * n)
+    assert_matches_oracle(per_point_se(F), (pm + mu0, pse, psd, pse_sd), "hetero-t", mu0,
                           move=1.0)
 
 

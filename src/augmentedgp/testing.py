@@ -586,15 +586,15 @@ def _check_gibbs(rep, lik, Yg, Fg, n_draws, key):
     want = [np.asarray(jnp.broadcast_to(w, np.shape(Fg)), float).reshape(P, -1) for w in want]
     stats = [(d.mean(0), d.std(0) / math.sqrt(n_draws)) for d in draws]
     flat = np.zeros(P, bool)
-    for (mean, se), w in zip(stats, want):
+    for (mean, se), w in zip(stats, want, strict=True):
         flat |= np.any((se == 0.0) & (np.abs(mean - w) > 1e-12 * (1.0 + np.abs(w))), 1)
     counts = np.full(P, n_draws)
     if flat.any():
         more = _site_draws(lik, k2, Yg[flat], Fg[flat], 50 * n_draws)
         counts[flat] = 50 * n_draws
-        for (mean, se), d in zip(stats, more):
+        for (mean, se), d in zip(stats, more, strict=True):
             mean[flat], se[flat] = d.mean(0), d.std(0) / math.sqrt(50 * n_draws)
-    for name, (mean, se), w in zip(("beta", "gamma"), stats, want):
+    for name, (mean, se), w in zip(("beta", "gamma"), stats, want, strict=True):
         z = np.abs(mean - w) / np.maximum(se, 1e-12 * (1.0 + np.abs(w)))
         k = int(np.argmax(z))
         i = k // z.shape[1]
