@@ -1,6 +1,6 @@
 """Augmented blocked Gibbs sampling ([Galy-Fajou2020, Algorithm 2]; for multi-class
 [Galy-Fajou2019, Sec. 4.3] and [Galy-Fajou2022, Sec. 7.4.2, Algorithm 4]; for the
-heteroscedastic model [Galy-Fajou2022, Sec. 7.2.1, Algorithm 2]; with inducing points
+heteroscedastic models [Galy-Fajou2022, Sec. 7.2.1, Algorithm 2, and Sec. 7.2.2]; with inducing points
 [Galy-Fajou2022, Sec. 7.5, Algorithm 6]).
 
 Given its auxiliary variables w, every augmented likelihood is a Gaussian site on f with
@@ -22,7 +22,7 @@ than of the exact posterior (with Z = X it is the exact sampler).
 
 Several latent functions (multi-class, heteroscedastic) get one GP each. When they are
 independent given w (logistic-softmax) they are drawn together after one draw of w; the
-heteroscedastic likelihood sets ``gibbs_joint = False`` and the latents are then swept in
+heteroscedastic likelihoods set ``gibbs_joint = False`` and the latents are then swept in
 turn, w redrawn before each (f | g is collapsed over w, as [Galy-Fajou2022, Sec. 7.2.1,
 Algorithm 2] requires).
 
