@@ -1,7 +1,7 @@
 """Augmented blocked Gibbs sampling ([Galy-Fajou2020, Algorithm 2]; for multi-class
 [Galy-Fajou2019, Sec. 4.3] and [Galy-Fajou2022, Sec. 7.4.2, Algorithm 4]; for the
-heteroscedastic models [Galy-Fajou2022, Sec. 7.2.1, Algorithm 2, and Sec. 7.2.2]; with inducing points
-[Galy-Fajou2022, Sec. 7.5, Algorithm 6]).
+heteroscedastic models [Galy-Fajou2022, Sec. 7.2.1, Algorithm 2, and Sec. 7.2.2]; with
+inducing points [Galy-Fajou2022, Sec. 7.5, Algorithm 6]).
 
 Given its auxiliary variables w, every augmented likelihood is a Gaussian site on f with
 log-potential beta f - gamma f^2 / 2: the natural parameters of AnalyticVI with a draw of w
