@@ -123,3 +123,32 @@ def declared(name, **values):
                 jnp.shape(f), scale**2 * jnp.exp(gammaln(3.0 / shape) - gammaln(1.0 / shape))),
             params=values, name="GeneralisedGaussian", **loc)
     raise ValueError(name)
+
+
+def assert_vi_matches_slice(means, second, mu0, fits, bands, mean_g):
+    """Two-latent VI fixed points against elliptical slice sampling of the joint (f, g)
+    (``means`` and ``second`` per chain from :func:`elliptical_slice`, prior mean ``mu0``
+    (2n,)): the sampler mixed (se < 0.15 sd) and the data moved the posterior (> 5 sd in f,
+    > 1 sd in g from ``mean_g``); for each ``fits[name] = (mean, var)`` ((n, 2) each),
+    |E_q - E_p| <= t sd_p + 4 se and sd_q / sd_p within (lo, hi), per latent, from
+    ``bands[name] = ((t_f, t_g), ((lo_f, hi_f), (lo_g, hi_g)))``."""
+    n_chains, n = means.shape[0], means.shape[1] // 2
+    pm = means.mean(0)
+    psd = np.sqrt(second.mean(0) - pm**2)
+    se = means.std(0, ddof=1) / np.sqrt(n_chains)
+    pm = (pm + mu0).reshape(2, n).T
+    psd, se = psd.reshape(2, n).T, se.reshape(2, n).T
+    assert np.max(se / psd) < 0.15  # the sampler mixed
+    assert np.max(np.abs(pm[:, 0]) / psd[:, 0]) > 5.0
+    assert np.max(np.abs(pm[:, 1] - mean_g) / psd[:, 1]) > 1.0
+    for name, (m, v) in fits.items():
+        t, lims = bands[name]
+        excess = (np.abs(m - pm) - 4.0 * se) / psd
+        ratio = np.sqrt(v) / psd
+        print(f"{name} vs MCMC: max (|dm| - 4 se) / sd f {excess[:, 0].max():.3f} "
+              f"g {excess[:, 1].max():.3f}; sd ratio f {ratio[:, 0].min():.3f}-"
+              f"{ratio[:, 0].max():.3f} g {ratio[:, 1].min():.3f}-{ratio[:, 1].max():.3f}")
+        for c in (0, 1):
+            assert excess[:, c].max() <= t[c], (name, c, excess[:, c].max())
+            lo, hi = lims[c]
+            assert lo <= ratio[:, c].min() and ratio[:, c].max() <= hi, (name, c)

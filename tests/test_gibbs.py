@@ -531,6 +531,27 @@ def test_logistic_softmax_single_point_matches_grid_integration():
         assert_multi_moments(draws, exact, f"softmax y={label}")
 
 
+def hetero_single_points(post, y_far, af, label, loglik):
+    """Per target value of ``y_far``: E and Var of (f, g) from the Gibbs draws of ``post``
+    (independent points, prior f ~ N(m_f, v_f), g ~ N(m_g, v_g) of HET_KERNELS and
+    HET_MEANS) against a 2-D grid integration (``af`` x 801 points in g, +-12 sd) of
+    ``loglik(value, f, g)``; returns the exact moments per value."""
+    F = np.asarray(post.f)
+    assert F.shape == (4, MULTI_RUN.n_samples, N_HET, 2)
+    (_, vf), (_, vg) = HET_KERNELS
+    ag = HET_MEANS[1] + np.linspace(-12.0, 12.0, 801) * math.sqrt(vg)
+    Fg, Gg = np.meshgrid(af, ag, indexing="ij")
+    prior = -0.5 * (Fg - HET_MEANS[0]) ** 2 / vf - 0.5 * (Gg - HET_MEANS[1]) ** 2 / vg
+    moments = {}
+    for value in np.unique(y_far):
+        exact = grid_moments(prior + loglik(value, Fg, Gg), [af, ag])
+        moments[float(value)] = exact
+        cols = np.flatnonzero(y_far == value)
+        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
+        assert_multi_moments(draws, exact, f"{label} y={value:g}")
+    return moments
+
+
 def test_heteroscedastic_single_point_matches_grid_integration():
     """Heteroscedastic Gaussian, f ~ N(0, 1), g ~ N(1, 0.8), y ~ N(f, 1 / sigmoid(g)):
     E and Var of (f, g) from the Gibbs draws (f | g collapsed, then (n, w) | f, g, then
@@ -538,22 +559,11 @@ def test_heteroscedastic_single_point_matches_grid_integration():
     g posteriors move down (more noise), y = 0.5 moves it up. (The far-out y = 4, where f
     and g are strongly dependent, is what shows a sweep that does not redraw (n, w) between
     the f and g updates: 8 se off in E[g].)"""
-    post = hetero_far_run()
-    F = np.asarray(post.f)
-    assert F.shape == (4, MULTI_RUN.n_samples, N_HET, 2)
-    (_, vf), (_, vg) = HET_KERNELS
-    af = np.linspace(-8.0, 8.0, 801)
-    ag = HET_MEANS[1] + np.linspace(-12.0, 12.0, 801) * math.sqrt(vg)
-    Fg, Gg = np.meshgrid(af, ag, indexing="ij")
-    prior = -0.5 * Fg**2 / vf - 0.5 * (Gg - HET_MEANS[1]) ** 2 / vg
-    shifts = []
-    for value in (0.5, 2.5, 4.0):
-        loglik = 0.5 * log_sigmoid(Gg) - 0.5 * HET_PREC * special.expit(Gg) * (value - Fg) ** 2
-        exact = grid_moments(prior + loglik, [af, ag])
-        shifts.append(exact[1, 0] - HET_MEANS[1])
-        cols = np.flatnonzero(HET_Y_FAR == value)
-        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
-        assert_multi_moments(draws, exact, f"hetero y={value:g}")
+    moments = hetero_single_points(
+        hetero_far_run(), HET_Y_FAR, np.linspace(-8.0, 8.0, 801), "hetero",
+        lambda value, f, g: 0.5 * log_sigmoid(g) - 0.5 * HET_PREC * special.expit(g)
+        * (value - f) ** 2)
+    shifts = [moments[value][1, 0] - HET_MEANS[1] for value in (0.5, 2.5, 4.0)]
     assert shifts[0] > 0.05 and shifts[1] < -0.05 and shifts[2] < -0.3, shifts
 
 
@@ -564,23 +574,10 @@ def test_heteroscedastic_student_t_single_point_matches_grid_integration():
     (801 x 801) of scipy's density. y = 2.5 moves g down (more noise); y = 6 is an outlier,
     which the heavy tails absorb partly by f staying near 0 (asserted: E f < 2, where a
     Gaussian likelihood would pull f to ~3), partly by more noise."""
-    post = hetero_t_far_run()
-    F = np.asarray(post.f)
-    assert F.shape == (4, MULTI_RUN.n_samples, N_HET, 2)
-    (_, vf), (_, vg) = HET_KERNELS
-    af = np.linspace(-10.0, 12.0, 801)
-    ag = HET_MEANS[1] + np.linspace(-12.0, 12.0, 801) * math.sqrt(vg)
-    Fg, Gg = np.meshgrid(af, ag, indexing="ij")
-    prior = -0.5 * Fg**2 / vf - 0.5 * (Gg - HET_MEANS[1]) ** 2 / vg
-    moments = {}
-    for value in (0.5, 2.5, 6.0):
-        loglik = stats.t.logpdf(value, HT_DF, loc=Fg,
-                                scale=1.0 / np.sqrt(HET_PREC * special.expit(Gg)))
-        exact = grid_moments(prior + loglik, [af, ag])
-        moments[value] = exact
-        cols = np.flatnonzero(HT_Y_FAR == value)
-        draws = F[:, :, cols].transpose(0, 2, 1, 3).reshape(-1, F.shape[1], 2)
-        assert_multi_moments(draws, exact, f"hetero-t y={value:g}")
+    moments = hetero_single_points(
+        hetero_t_far_run(), HT_Y_FAR, np.linspace(-10.0, 12.0, 801), "hetero-t",
+        lambda value, f, g: stats.t.logpdf(value, HT_DF, loc=f,
+                                           scale=1.0 / np.sqrt(HET_PREC * special.expit(g))))
     assert moments[2.5][1, 0] < HET_MEANS[1] - 0.05 and moments[6.0][0, 0] < 2.0
 
 
@@ -702,6 +699,17 @@ def het_cor_targets():
     return np.sin(x) + sd * rng.normal(size=N_HET)
 
 
+def hetero_cor_prior():
+    """(K, mu0) of the joint latent (f, g) at the correlated heteroscedastic inputs: block
+    diagonal, f first."""
+    n = N_HET
+    X = X_COR[:n]
+    K = np.zeros((2 * n, 2 * n))
+    K[:n, :n] = matern52(X, X, *HET_KERNELS[0])
+    K[n:, n:] = matern52(X, X, *HET_KERNELS[1])
+    return K + 1e-10 * np.eye(2 * n), np.repeat(HET_MEANS, n)
+
+
 @functools.cache
 def hetero_cor_run():
     y = het_cor_targets()
@@ -739,12 +747,7 @@ def test_heteroscedastic_correlated_matches_elliptical_slice():
     full_only("the correlated multi-latent problems")
     post, y = hetero_cor_run()
     n = N_HET
-    X = X_COR[:n]
-    K = np.zeros((2 * n, 2 * n))
-    K[:n, :n] = matern52(X, X, *HET_KERNELS[0])
-    K[n:, n:] = matern52(X, X, *HET_KERNELS[1])
-    K += 1e-10 * np.eye(2 * n)
-    mu0 = np.repeat(HET_MEANS, n)
+    K, mu0 = hetero_cor_prior()
 
     def loglik(F):
         f, g = F[:, :n] + mu0[:n], F[:, n:] + mu0[n:]
@@ -780,12 +783,7 @@ def test_heteroscedastic_student_t_correlated_matches_elliptical_slice():
     errors."""
     post, y = hetero_t_cor_run()
     n = N_HET
-    X = X_COR[:n]
-    K = np.zeros((2 * n, 2 * n))
-    K[:n, :n] = matern52(X, X, *HET_KERNELS[0])
-    K[n:, n:] = matern52(X, X, *HET_KERNELS[1])
-    K += 1e-10 * np.eye(2 * n)
-    mu0 = np.repeat(HET_MEANS, n)
+    K, mu0 = hetero_cor_prior()
 
     def loglik(F):
         f, g = F[:, :n] + mu0[:n], F[:, n:] + mu0[n:]

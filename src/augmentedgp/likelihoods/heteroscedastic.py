@@ -22,7 +22,11 @@ from augmentedgp.core.quadrature import (
 )
 from augmentedgp.core.validation import is_concrete
 from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
-from augmentedgp.likelihoods.robust import expected_log1p_square, student_t_log_predictive
+from augmentedgp.likelihoods.robust import (
+    check_finite_variance,
+    expected_log1p_square,
+    student_t_log_predictive,
+)
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -336,12 +340,7 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         """Mean and variance of y: E f and V f + df / (df - 2) E[1 / (precision sigmoid(g))],
         the latter df / (df - 2) (1 + e^{-m_g + v_g / 2}) / precision in closed form (``n``
         is not used)."""
-        nu = self.df.value
-        if is_concrete(nu) and float(nu) <= 2.0:
-            raise ValueError(
-                f"predict_y: the Student-t noise has df = {float(nu):.4g} <= 2, so y has no "
-                "finite variance; fix df above 2 (e.g. HeteroscedasticStudentT(fixed(positive("
-                "4.0))) from augmentedgp.params) or use predict_f or the predictive density")
+        check_finite_variance(self.df.value, "predict_y", "HeteroscedasticStudentT")
         mf, vf, mg, vg = _split(mean, var)
         noise = jnp.exp(jax.nn.softplus(-mg + 0.5 * vg) + jnp.log(self._variance_factor())
                         - jnp.log(self.precision.value))

@@ -154,12 +154,7 @@ class StudentT(Likelihood, ScaleMixture):
     def check_variance(self, what: str) -> None:
         """A ValueError for ``what`` if the noise has no variance (df <= 2; a concrete df
         only: traced values pass)."""
-        nu = self.df.value
-        if is_concrete(nu) and float(nu) <= 2.0:
-            raise ValueError(
-                f"{what}: the Student-t noise has df = {float(nu):.4g} <= 2, so y has no "
-                "finite variance; fix df above 2 (e.g. StudentT(fixed(positive(4.0))) from "
-                "augmentedgp.params) or use predict_f, the predictive density or quantiles")
+        check_finite_variance(self.df.value, what, "StudentT")
 
     def super_gaussian(self, y):
         b = jnp.broadcast_to(1.0 / self.scale.value, jnp.shape(y))
@@ -326,6 +321,17 @@ class Matern32(Likelihood, ScaleMixture):
         # GIG(-3/2, 2 t, a^2 / 2), density ~ w^{-5/2} e^{-t w - a^2 / (4 w)}
         a = self._a()
         return samplers.gig(key, -1.5, 2.0 * t, 0.5 * a**2)
+
+
+def check_finite_variance(df, what: str, cls: str) -> None:
+    """A ValueError for ``what`` if Student-t noise with ``df`` degrees of freedom has no
+    variance (df <= 2; a concrete df only: traced values pass), suggesting a fixed df for
+    the likelihood class named ``cls``."""
+    if is_concrete(df) and float(df) <= 2.0:
+        raise ValueError(
+            f"{what}: the Student-t noise has df = {float(df):.4g} <= 2, so y has no finite "
+            f"variance; fix df above 2 (e.g. {cls}(fixed(positive(4.0))) from "
+            "augmentedgp.params) or use predict_f, the predictive density or quantiles")
 
 
 def expected_log1p_square(d, v, c, n: int = 256):
