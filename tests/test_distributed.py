@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 from conftest import FULL
 from distributed import Client, LocalCluster
@@ -35,11 +36,16 @@ from augmentedgp.training import distributed as dist
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def client():
+def _local_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as c:
         yield c
+
+
+client = pytest.fixture(_local_client, scope="module", name="client")
+# a cluster of its own for a test that kills a worker: the nanny's replacement imports JAX,
+# which took over 300 s on a busy 2-core CI machine, so no later test may depend on it
+own_client = pytest.fixture(_local_client, scope="function", name="own_client")
 
 
 def _classification(n=240, seed=0):
@@ -329,12 +335,12 @@ def _loaders(marker, action):
 
 
 @pytest.mark.parametrize("where", ["streamed", "persisted"])
-def test_killed_worker_does_not_change_the_fit(client, tmp_path, where):
+def test_killed_worker_does_not_change_the_fit(own_client, tmp_path, where):
     """streamed: a partition loader kills its worker in the middle of iteration 21 (the task
     is rerun elsewhere); persisted: a worker holding persisted partitions is killed after
     iteration 20 (its partitions are recomputed from the graph)."""
-    marker = tmp_path / "armed"
-    client.wait_for_workers(2, timeout=120)
+    client, marker = own_client, tmp_path / "armed"
+    client.wait_for_workers(2, timeout=300)
     pids = set(client.run(os.getpid).values())
 
     def arm(iteration, objective, model):
@@ -353,10 +359,15 @@ def test_killed_worker_does_not_change_the_fit(client, tmp_path, where):
     got = dist.fit(_model(), data, inference, client=client, max_iter=40, tol=0, chunk_size=10,
                    callback=arm, persist=where == "persisted")
     assert not marker.exists()  # the loader ran with the marker: a worker died in iteration 21
-    # the nanny's new worker imports JAX: on a busy 2-core machine that took over 120 s once
-    client.wait_for_workers(2, timeout=300)
-    assert set(client.run(os.getpid).values()) != pids  # the nanny restarted the killed one
+    assert sum(not _alive(pid) for pid in pids) == 1  # exactly one of the workers was killed
     _same_fit(reference, got, tol=1e-12)
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.parametrize("inference", ["full", "minibatch"])
