@@ -7,7 +7,7 @@ from augmentedgp.models.approximations import EP, Exact, Laplace
 from augmentedgp.models.gp import GP
 from augmentedgp.models.mcgp import MCGP, MCPosterior
 from augmentedgp.models.sites import Predictive, SitePosterior
-from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
+from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior, TaylorPoint
 
 __all__ = ["GP", "SGPR", "SVGP", "VGP", "MCGP", "Exact", "Laplace", "EP", "Predictive",
-           "SitePosterior", "SparsePosterior", "MCPosterior", "inducing"]
+           "SitePosterior", "SparsePosterior", "MCPosterior", "TaylorPoint", "inducing"]

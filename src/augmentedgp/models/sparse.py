@@ -12,7 +12,11 @@ DTC drops the trace term ([Seeger2003]) and FITC replaces s2 I by s2 I + diag(K 
 (with the per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and
 theta1 = A D^-1 r). With an augmentable likelihood SGPR collapses the augmented bound
 given q(w) the same way: the sites (beta, gamma) are Gaussian, pseudo-targets beta / gamma
-with noise 1 / gamma (``SGPR.collapsed``; the Gaussian is the case w = 1).
+with noise 1 / gamma (``SGPR.collapsed``; the Gaussian is the case w = 1). Method "taylor"
+collapses the second-order Taylor expansion of log p(y_i | f_i) at points xi_i instead (a
+Laplace-type approximation, [Rasmussen2006] Sec. 3.4, collapsed as [Izmailov2016] collapse
+the Jaakkola-Jordan bound): Gaussian sites again, but an approximate objective, not a
+bound (``SGPR``).
 """
 
 from __future__ import annotations
@@ -349,9 +353,17 @@ class CollapsedTerms(NamedTuple):
     prior_mean: jax.Array  # mean(X)
 
 
+class TaylorPoint(NamedTuple):
+    """The state of SGPR's method "taylor": the points xi (n,) at which log p(y_i | f_i) is
+    expanded to second order."""
+
+    xi: jax.Array
+
+
 class SGPR(eqx.Module):
     """Sparse GP with u integrated out: Titsias' collapsed bound ("vfe", default), or the
-    DTC / FITC approximate marginal likelihoods ("dtc", "fitc", Gaussian likelihood only).
+    DTC / FITC approximate marginal likelihoods ("dtc", "fitc", Gaussian likelihood only),
+    or the second-order Taylor approximation ("taylor").
 
     ``likelihood`` is Gaussian (default, ``noise`` its variance) or any augmentable
     likelihood of one latent function (``augmentedgp.likelihoods.augmentable()``:
@@ -362,6 +374,23 @@ class SGPR(eqx.Module):
     NamedTuple (``Tilt`` for the scale mixtures); a Gaussian needs none (w = 1).
     ``augmentedgp.training.collapsed.fit_collapsed`` alternates its closed-form update
     (:meth:`update_aux`) with L-BFGS on the bound.
+
+    "taylor" (the second-order Taylor approximation in place of [Izmailov2016]'s
+    Jaakkola-Jordan bound): any likelihood of one latent function that is
+    twice differentiable and log-concave (Logistic, Probit, Poisson, ...; augmentable or
+    not). Each log p(y_i | f_i) is replaced by its second-order Taylor expansion at xi_i,
+    whose expectation under q(f_i) = N(m_i, S_i) is
+
+        log p(y_i | xi_i) + g_i (m_i - xi_i) - W_i ((m_i - xi_i)^2 + S_i) / 2,
+
+    g and -W the first and second derivatives at xi: Gaussian sites (beta, gamma) =
+    (g + W xi, W), collapsed as above. The state ``q_aux`` is a :class:`TaylorPoint`,
+    updated to xi = E_q[f]: the expansion at the mean, where the first-order term vanishes
+    (not a stationary point of the objective in xi: its derivative there is
+    S_i d^3 log p / df^3 / 2). At that fixed point q(u) is the Laplace approximation of the
+    DTC model (with Z = X the objective is the Laplace log marginal likelihood): the
+    objective approximates log p(y) but is not a lower bound -- it can lie above log p(y) --
+    and the updates need not increase it. :meth:`elbo` gives the ELBO of its q(u), a bound.
     """
 
     kernel: Kernel
@@ -377,8 +406,8 @@ class SGPR(eqx.Module):
             raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
         likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
         _check_kernel_likelihood(kernel, likelihood)
-        if method not in ("vfe", "dtc", "fitc"):
-            raise ValueError(f"method must be 'vfe', 'dtc' or 'fitc', got {method!r}")
+        if method not in ("vfe", "dtc", "fitc", "taylor"):
+            raise ValueError(f"method must be 'vfe', 'dtc', 'fitc' or 'taylor', got {method!r}")
         _check_sgpr_likelihood(likelihood, method)
         self.kernel, self.likelihood, self.method = kernel, likelihood, method
         self.mean = Zero() if mean is None else mean
@@ -388,6 +417,12 @@ class SGPR(eqx.Module):
     def gaussian(self) -> bool:
         """Whether the likelihood is Gaussian (no q(w) state needed)."""
         return isinstance(self.likelihood, Gaussian)
+
+    @property
+    def has_aux(self) -> bool:
+        """Whether the objective depends on a local state ``q_aux``: q(w) of an augmented
+        likelihood, or the expansion points of method "taylor"."""
+        return self.method == "taylor" or not self.gaussian
 
     def _terms(self, X, y, method=None):
         method = method or self.method
@@ -400,11 +435,13 @@ class SGPR(eqx.Module):
 
     def collapsed(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None,
                   trace: bool = True) -> CollapsedTerms:
-        """The collapsed bound given q(w) = ``q_aux`` (traceable; None: w = 1, Gaussian).
+        """The collapsed bound given q(w) = ``q_aux`` (traceable; None: w = 1, Gaussian), or
+        the Taylor objective given the expansion points (method "taylor").
 
         Given q(w) the data term is sum_i E0_i + r_i g_i - gamma_i g_i^2 / 2 in g = f - m0,
         with (beta, gamma) the sites, r = beta - gamma m0 and E0_i the data term at f = m0
-        (``augmented_expectations`` at zero variance). Integrating u out as [Titsias2009]:
+        (``augmented_expectations`` at zero variance; "taylor": the expansion at m0).
+        Integrating u out as [Titsias2009]:
 
             F = sum E0 + 1/2 theta1^T P^-1 theta1 - 1/2 log|P| - 1/2 sum gamma diag(K - Q),
 
@@ -415,14 +452,7 @@ class SGPR(eqx.Module):
         _, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
         resid = self.kernel.diag(X) - jnp.sum(A**2, 0)
         m0 = self.mean(X)
-        lik = self.likelihood
-        if q_aux is None:
-            if not self.gaussian:
-                raise ValueError("the collapsed bound of a non-Gaussian likelihood needs the "
-                                 "q(w) state q_aux (model.initial_aux(X, y))")
-            q_aux = lik.aux_posterior(y, m0, jnp.zeros_like(m0))  # any: w = 1
-        beta, gamma = (jnp.broadcast_to(s, m0.shape) for s in lik.aux_sites(y, q_aux))
-        e0 = lik.augmented_expectations(y, m0, jnp.zeros_like(m0), q_aux)
+        beta, gamma, e0 = self._quadratic_sites(y, m0, q_aux)
         theta1 = A @ (beta - gamma * m0)
         P = jnp.eye(A.shape[0], dtype=A.dtype) + (A * gamma) @ A.T
         LP = linalg.cholesky(P)
@@ -432,12 +462,29 @@ class SGPR(eqx.Module):
             bound = bound - 0.5 * jnp.sum(gamma * resid)  # the trace term of [Titsias2009]
         return CollapsedTerms(bound, A, P, LP, theta1, c, resid, m0)
 
+    def _quadratic_sites(self, y, m0, q_aux):
+        """(beta, gamma, E0): the data term as a quadratic in f (module docstring)."""
+        lik = self.likelihood
+        if self.method == "taylor":
+            # log p(y | f) ~ log p(y | xi) + g (f - xi) - W (f - xi)^2 / 2 (second order at xi)
+            xi = q_aux.xi
+            g, W = lik.grad_log_prob(y, xi), -lik.hess_log_prob(y, xi)
+            e0 = lik.log_prob(y, xi) + g * (m0 - xi) - 0.5 * W * (m0 - xi) ** 2
+            return g + W * xi, W, e0
+        if q_aux is None:
+            if not self.gaussian:
+                raise ValueError("the collapsed bound of a non-Gaussian likelihood needs the "
+                                 "q(w) state q_aux (model.initial_aux(X, y))")
+            q_aux = lik.aux_posterior(y, m0, jnp.zeros_like(m0))  # any: w = 1
+        beta, gamma = (jnp.broadcast_to(s, m0.shape) for s in lik.aux_sites(y, q_aux))
+        return beta, gamma, lik.augmented_expectations(y, m0, jnp.zeros_like(m0), q_aux)
+
     def training_objective(self, X, y, method=None, q_aux=None):
         """The objective on validated arrays (traceable): the collapsed bound (vfe) or the
         DTC / FITC log marginal likelihood; ``q_aux``: the q(w) state (non-Gaussian)."""
         method = method or self.method
         if method != "fitc":
-            return self.collapsed(X, y, q_aux, trace=method == "vfe").bound
+            return self.collapsed(X, y, q_aux, trace=method != "dtc").bound
         A, r, d, resid, s2 = self._terms(X, y, method)
         return _lowrank_terms(r, A, d)[0]
 
@@ -451,8 +498,11 @@ class SGPR(eqx.Module):
     def aux_step(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None):
         """The optimal q(w) given the optimal q(u) given ``q_aux`` (traceable): one
         coordinate-ascent sweep ([Galy-Fajou2020, Algorithm 1], local step, after the
-        closed-form global step)."""
-        return self.likelihood.aux_posterior(y, *self.marginals(X, y, q_aux))
+        closed-form global step); "taylor": the expansion points xi = E_q[f]."""
+        mean, var = self.marginals(X, y, q_aux)
+        if self.method == "taylor":
+            return TaylorPoint(mean)
+        return self.likelihood.aux_posterior(y, mean, var)
 
     def _upper_bound(self, X, y):
         A, r, d, resid, s2 = self._terms(X, y, "vfe")  # [Titsias2014], c = tr(K - Q)
@@ -472,13 +522,18 @@ class SGPR(eqx.Module):
         """``q_aux`` checked against the likelihood's q(w) type and the n targets (a clear
         ValueError otherwise), as JAX arrays; None stays None for a Gaussian likelihood."""
         if q_aux is None:
-            if self.gaussian:
+            if not self.has_aux:
                 return None
-            raise ValueError(f"SGPR with {type(self.likelihood).__name__} needs q_aux, the q(w) "
-                             "state: start from model.initial_aux(X, y), or fit the model "
+            what = ("TaylorPoint, the expansion points" if self.method == "taylor"
+                    else "q(w) state")
+            raise ValueError(f"SGPR with {type(self.likelihood).__name__} (method "
+                             f"{self.method!r}) needs q_aux, the {what}: start from "
+                             "model.initial_aux(X, y), or fit the model "
                              "(augmentedgp.training.collapsed.fit_collapsed)")
         zeros = jnp.zeros(jnp.shape(y))
-        ref = jax.eval_shape(self.likelihood.aux_posterior, y, zeros, zeros)
+        ref = (TaylorPoint(jax.ShapeDtypeStruct(zeros.shape, zeros.dtype))
+               if self.method == "taylor"
+               else jax.eval_shape(self.likelihood.aux_posterior, y, zeros, zeros))
         if type(q_aux) is not type(ref) or any(
                 jnp.shape(a) != r.shape for a, r in zip(q_aux, ref, strict=True)):
             raise ValueError(f"q_aux must be a {type(ref).__name__} with fields of shape "
@@ -492,24 +547,31 @@ class SGPR(eqx.Module):
     def objective(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                   q_aux=None) -> float:
         """The training objective: the collapsed bound (vfe; at the q(w) state ``q_aux``
-        for a non-Gaussian likelihood) or log marginal likelihood of the DTC / FITC
-        approximation."""
+        for a non-Gaussian likelihood), the log marginal likelihood of the DTC / FITC
+        approximation, or the Taylor approximation at the expansion points ``q_aux``
+        (taylor: not a bound)."""
         return float(_sgpr_objective(self, *self._public(X, y, q_aux)))
 
     def elbo(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None) -> float:
         """The collapsed lower bound on log p(y) (whatever ``method``): Titsias' for a
         Gaussian likelihood; otherwise the augmented bound at q(w) = ``q_aux`` and its
-        optimal q(u) (the SVGP augmented ELBO there)."""
-        return float(_sgpr_elbo(self, *self._public(X, y, q_aux)))
+        optimal q(u) (the SVGP augmented ELBO there); "taylor": the SVGP ELBO of the q(u)
+        of the expansion points ``q_aux``."""
+        X, y, q_aux = self._public(X, y, q_aux)
+        if self.method == "taylor":
+            return float(_elbo_jit(_sgpr_svgp(self, X, y, q_aux), X, y, 1.0))
+        return float(_sgpr_elbo(self, X, y, q_aux))
 
     def initial_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]):
-        """The optimal q(w) when q(u) is the prior p(u): a starting q(w) state."""
+        """The optimal q(w) when q(u) is the prior p(u): a starting q(w) state ("taylor":
+        the expansion points at the prior mean)."""
         X, y = self.validate_data(X, y)
         return _sgpr_initial_aux(self, X, y)
 
     def update_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None):
         """The closed-form q(w) update: optimal given the optimal q(u) given ``q_aux``
-        (never lowers :meth:`elbo`)."""
+        (never lowers :meth:`elbo`); "taylor": the expansion points xi = E_q[f] under the
+        q(u) of ``q_aux`` (a fixed-point step: it need not raise :meth:`objective`)."""
         return _sgpr_aux_update(self, *self._public(X, y, q_aux))
 
     def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
@@ -529,14 +591,21 @@ class SGPR(eqx.Module):
                 q_aux=None) -> SVGP:
         """An SVGP holding this model's optimal q(u) (given ``q_aux``): predictions without
         the data."""
-        return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
-                    q=_sgpr_q(self, *self._public(X, y, q_aux)))
+        return _sgpr_svgp(self, *self._public(X, y, q_aux))
 
 
 def _check_sgpr_likelihood(likelihood, method):
+    name = type(likelihood).__name__
+    if method == "taylor":
+        if (getattr(likelihood, "num_latent", 1) != 1 or not likelihood.twice_differentiable
+                or not likelihood.log_concave):
+            raise ValueError(f"method 'taylor' needs a likelihood of one latent function that "
+                             f"is twice differentiable and log-concave (its sites' precision "
+                             f"-d^2 log p / df^2 must be >= 0); {name} is not: use method="
+                             "'vfe' (augmentable likelihoods) or SVGP")
+        return
     if isinstance(likelihood, Gaussian):
         return
-    name = type(likelihood).__name__
     if not isinstance(likelihood, Augmented):
         names = ", ".join(c.__name__ for c in augmentable())
         raise ValueError(f"SGPR needs a Gaussian or augmentable likelihood ({names}); use SVGP "
@@ -566,6 +635,8 @@ def _sgpr_upper(model, X, y):
 
 @eqx.filter_jit
 def _sgpr_initial_aux(model, X, y):
+    if model.method == "taylor":
+        return TaylorPoint(model.mean(X))
     return model.likelihood.aux_posterior(y, model.mean(X), model.kernel.diag(X))
 
 
@@ -582,6 +653,11 @@ def _sgpr_q(model, X, y, q_aux=None):
         return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
     t = model.collapsed(X, y, q_aux)
     return NaturalQ(Parameter(t.theta1), Parameter(-0.5 * t.P), whiten=True)
+
+
+def _sgpr_svgp(model, X, y, q_aux):
+    return SVGP(model.kernel, model.likelihood, model.inducing, mean=model.mean,
+                q=_sgpr_q(model, X, y, q_aux))
 
 
 @eqx.filter_jit
@@ -657,5 +733,5 @@ class SparsePosterior(FittedPosterior):
         return self.model.inducing.value
 
 
-__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "CollapsedTerms",
+__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "CollapsedTerms", "TaylorPoint",
            "latent_prior", "inducing_parameter"]

@@ -1,4 +1,5 @@
-"""``fit_collapsed``: SGPR with an augmentable likelihood, by collapsed augmented VI.
+"""``fit_collapsed``: SGPR with an augmentable likelihood, by collapsed augmented VI (or
+with method "taylor", by the collapsed second-order Taylor approximation).
 
 Given q(w) the augmented sites are Gaussian, so the optimal q(u) is closed form and the
 bound collapses as [Titsias2009]'s (``SGPR.collapsed``; for the logistic likelihood it is
@@ -11,9 +12,12 @@ the Jaakkola-Jordan bound [Jaakkola2000] collapsed as in [Izmailov2016]). Each r
    the kernel, likelihood, mean and inducing parameters, q(w) fixed, warm-started from the
    previous round's parameters.
 
-Both steps never lower the bound. Training stops when the relative change of the bound
-over a round, |F_k - F_{k-1}| / (|F_{k-1}| + 1), is below ``tol``, or after ``max_rounds``
-rounds. The returned posterior holds the optimal q(u) given the final q(w).
+Both steps never lower the bound. With method "taylor" the state is the expansion points
+xi, step 1 sets xi = E_q[f] and step 2 runs on the Taylor objective: an approximation, not a
+bound, which neither step is guaranteed to increase (``SGPR``). Training stops when the
+relative change of the bound over a round, |F_k - F_{k-1}| / (|F_{k-1}| + 1), is below
+``tol``, or after ``max_rounds`` rounds. The returned posterior holds the optimal q(u) given
+the final q(w).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from augmentedgp.models.sparse import SGPR, SparsePosterior
 class CollapsedHistory(History):
     """The History of a collapsed fit: ``objective`` and ``wall_time`` per L-BFGS iteration
     (the negative bound minus log prior, all rounds in turn); per round, ``bounds``: the
-    collapsed bound (plus log prior) after the round; ``q_aux``: the final q(w) state."""
+    collapsed bound (plus log prior; the Taylor objective for method "taylor") after the
+    round; ``q_aux``: the final q(w) state (a ``TaylorPoint`` for method "taylor")."""
 
     bounds: np.ndarray | None = None
     q_aux: object = None
@@ -49,7 +54,7 @@ class CollapsedHistory(History):
 
 def _negative_bound(model, q_aux, X, y):
     """-(collapsed bound at q(w) + log prior): what L-BFGS minimises."""
-    return -(model.training_objective(X, y, "vfe", q_aux) + log_prior(model))
+    return -(model.training_objective(X, y, q_aux=q_aux) + log_prior(model))
 
 
 @eqx.filter_jit
@@ -60,15 +65,16 @@ def _sweeps(model, X, y, q_aux, n):
 
 @eqx.filter_jit
 def _bound(model, X, y, q_aux):
-    return model.training_objective(X, y, "vfe", q_aux) + log_prior(model)
+    return model.training_objective(X, y, q_aux=q_aux) + log_prior(model)
 
 
 def fit_collapsed(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], *,
                   max_rounds: int = 100, lbfgs_iter: int = 50, sweeps: int = 3,
                   tol: float = 1e-6, q_aux=None, callback=None, verbose: bool = False
                   ) -> SparsePosterior:
-    """Fit an SGPR (augmentable or Gaussian likelihood, method "vfe") by alternating
-    closed-form q(w) updates with L-BFGS on the collapsed bound (module docstring).
+    """Fit an SGPR (augmentable or Gaussian likelihood, method "vfe"; or method "taylor")
+    by alternating closed-form q(w) updates with L-BFGS on the collapsed bound (module
+    docstring).
 
     ``q_aux``: the starting q(w) state (default: ``model.initial_aux(X, y)``, optimal for
     q(u) = p(u)). ``callback(round, objective, model)`` runs after every round, with the
@@ -78,8 +84,8 @@ def fit_collapsed(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, 
     """
     if not isinstance(model, SGPR):
         raise ValueError(f"fit_collapsed is for SGPR models, got {type(model).__name__}")
-    if model.method != "vfe":
-        raise ValueError(f"fit_collapsed needs method='vfe', got {model.method!r}")
+    if model.method not in ("vfe", "taylor"):
+        raise ValueError(f"fit_collapsed needs method='vfe' or 'taylor', got {model.method!r}")
     max_rounds = check_int(max_rounds, "max_rounds")
     lbfgs_iter = check_int(lbfgs_iter, "lbfgs_iter")
     sweeps = check_int(sweeps, "sweeps", low=0)

@@ -101,11 +101,11 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         hyper_every: int = 1) -> SitePosterior | SparsePosterior:
     """Fit ``model`` to (X, y) and return its posterior (with ``history``).
 
-    SGPR with an augmented likelihood: collapsed augmented VI
+    SGPR with an augmented likelihood (or method "taylor"): collapsed augmented VI
     (:func:`~augmentedgp.training.collapsed.fit_collapsed`): rounds of closed-form q(w)
-    updates and 50 L-BFGS iterations on the collapsed bound, ``max_iter`` L-BFGS
-    iterations in all, stopping when a round changes the bound by less than ``tol``
-    (relative, default 1e-6).
+    updates (the Taylor expansion points) and 50 L-BFGS iterations on the collapsed bound
+    (the Taylor objective), ``max_iter`` L-BFGS iterations in all, stopping when a round
+    changes the objective by less than ``tol`` (relative, default 1e-6).
 
     GP and SGPR: L-BFGS by default (``optimizer="adam"`` or an optax transformation
     otherwise, ``learning_rate`` 0.05); ``inference`` for GP is ``Exact()`` for a Gaussian
@@ -142,11 +142,11 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
     max_iter, n_restarts, patience, learning_rate, tol = (
         s.max_iter, s.n_restarts, s.patience, s.learning_rate, s.tol)
     chunk_size, window, hyper_every = s.chunk_size, s.window, s.hyper_every
-    if isinstance(model, SGPR) and not model.gaussian:
+    if isinstance(model, SGPR) and model.has_aux:
         if (inference is not None or optimizer is not None or n_restarts
                 or validation_data is not None or hyper_every != 1):
-            raise ValueError("an SGPR with an augmented likelihood is fitted by collapsed "
-                             "augmented VI (training.collapsed.fit_collapsed): inference, "
+            raise ValueError("an SGPR with an augmented likelihood or method 'taylor' is "
+                             "fitted in rounds (training.collapsed.fit_collapsed): inference, "
                              "optimizer, n_restarts, validation_data and hyper_every do not "
                              "apply")
         rounds = max(1, -(-check_int(max_iter, "max_iter") // COLLAPSED_LBFGS_ITER))
