@@ -300,8 +300,8 @@ def sgpr_cases(draw, ci=False):
     lik = draw(pick(["Gaussian", "Gaussian", "StudentT", "Logistic"], ["Gaussian"], ci))
     return {"likelihood": lik, "X": draw(arrays(N, D)), "Z": draw(arrays(M, D)),
             "y": draw(targets(SVGP_LIKELIHOODS[lik])), "noise": draw(float_setting([0.1])),
-            "method": draw(pick(["vfe", "vfe", "dtc", "fitc", "VFE", "bogus", None],
-                                ["vfe", "vfe", "bogus", None], ci)),
+            "method": draw(pick(["vfe", "vfe", "dtc", "fitc", "taylor", "VFE", "bogus", None],
+                                ["vfe", "taylor", "bogus", None], ci)),
             "max_iter": draw(int_setting([5]))}
 
 
