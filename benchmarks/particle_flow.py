@@ -343,7 +343,7 @@ def bench_blr(args):
 
 
 def flow_posterior(q, target):
-    """The SparsePosterior ``fit_vgp`` builds from a flow's Gaussian over the whitened
+    """The SparsePosterior ``fit_flow`` builds from a flow's Gaussian over the whitened
     latents (here so that the ELBO can be taken during training)."""
     factor = q.factor if q.sd is None else jnp.concatenate([jnp.diag(q.sd), q.factor], axis=1)
     lowrank = LowRankQ(real(q.mean, "q mean"), real(factor, "q factor"))

@@ -1,8 +1,8 @@
 """Gaussian flows on models: ``fit(VGP(...), X, y, ParticleFlow | GaussianFlow)`` for GP
-models (``flow.GPTarget``, ``flow.fit_vgp``), the ``LowRankQ`` they return, and the
-parametric targets of ``augmentedgp.bayesian`` with ``fit_gaussian`` (thesis ch. 6 sections
-2.x, 4.5 BLR and 4.6 BNN; seed 000 part 2 section 2 and its errata), against oracles that
-share no code with the flows:
+models (``flow_gp.GPTarget``, ``flow_gp.fit_flow``; SVGP models in test_flow_svgp.py), the
+``LowRankQ`` they return, and the parametric targets of ``augmentedgp.bayesian`` with
+``fit_gaussian`` (thesis ch. 6 sections 2.x, 4.5 BLR and 4.6 BNN; seed 000 part 2 section 2
+and its errata), against oracles that share no code with the flows:
 
 - GP regression (Gaussian likelihood, 12 points): GPF with N = n + 1 particles is the
   exact posterior (Theorem 1: exact for Gaussian targets), ELBO = log marginal likelihood.
@@ -737,8 +737,8 @@ def test_bayesian_mlp_layers_particle_flow():
 def test_flow_model_errors():
     """Targets: labels outside {-1, 1} / {0, 1}, a y of the wrong shape or length,
     prior_var <= 0 or NaN; MLP labels that are floats or negative, fewer than 2 classes.
-    fit: any flow on an SVGP (TypeError), n_restarts with a flow, block sizes with several
-    latent functions, a batch larger than the data (ValueError)."""
+    fit: a flow on a model other than VGP / SVGP (TypeError), n_restarts with a flow, block
+    sizes with several latent functions, a batch larger than the data (ValueError)."""
     X = np.random.default_rng(0).normal(size=(10, 2))
     y = np.array([0, 1] * 5)
     LR = agp.contrib.bayesian.LogisticRegression
@@ -761,10 +761,10 @@ def test_flow_model_errors():
     with pytest.raises(ValueError, match="prior_var"):
         agp.contrib.bayesian.BayesianMLP(X, y, prior_var=0.0)
     # the shapes of the problems above (eager operations are compiled per shape)
-    svgp = agp.SVGP(agp.kernels.RBF(fp(1.0), fp(2.0)), LIK.Logistic(), fixed(real(XC)))
+    gp = agp.GP(agp.kernels.RBF(fp(1.0), fp(2.0)), LIK.Logistic())
     for method in (agp.ParticleFlow(), agp.GaussianFlow(), agp.ADVI(), agp.SVGD()):
-        with pytest.raises(TypeError, match="VGP"):
-            agp.fit(svgp, XC, YC, method, max_iter=5)
+        with pytest.raises(TypeError, match="VGP and SVGP"):
+            agp.inference.flow_gp.fit_flow(gp, XC, YC, method, max_iter=5)
     with pytest.raises(ValueError, match="n_restarts"):
         agp.fit(logit_model(), XC, YC, agp.ParticleFlow(), max_iter=5, n_restarts=1)
     with pytest.raises(ValueError, match="blocks"):

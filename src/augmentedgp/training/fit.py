@@ -25,7 +25,7 @@ from augmentedgp.core.loop import minimize, optax_optimizer, pad_rows, run_steps
 from augmentedgp.core.params import Identity, is_parameter, log_prior
 from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
 from augmentedgp.inference.flow import METHODS
-from augmentedgp.inference.flow_gp import fit_vgp
+from augmentedgp.inference.flow_gp import fit_flow
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference, stages, warn_if_loose
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
@@ -125,10 +125,12 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
     Processes.jl's ``atfrequency``); the others are natural steps on q(u) alone, without
     a gradient pass.
 
-    VGP with ``inference`` a particle flow (``ParticleFlow``, ``GaussianFlow``, ``ADVI`` or
-    ``SVGD``, see :mod:`augmentedgp.inference.flow`): the flow moves q(v) of the whitened latents
-    and ``optimizer`` (Adam, ``learning_rate`` 0.01) fits the hyperparameters on the same
-    free energy; ``key`` seeds the particles; ``tol`` 0 runs all ``max_iter`` iterations.
+    VGP or SVGP with ``inference`` a particle flow (``ParticleFlow``, ``GaussianFlow``,
+    ``ADVI`` or ``SVGD``, see :mod:`augmentedgp.inference.flow`): the flow moves q(v) of the
+    whitened latents (an SVGP's inducing values, with the likelihood term averaged over
+    p(f | v); ``batch_size`` of the method for minibatches) and ``optimizer`` (Adam,
+    ``learning_rate`` 0.01) fits the hyperparameters on the same free energy; ``key`` seeds
+    the particles; ``tol`` 0 runs all ``max_iter`` iterations.
 
     Every setting is checked first: a ValueError (a bad value) or TypeError (a bad type)
     naming the argument. A run whose objective or parameters become non-finite stops and
@@ -164,7 +166,7 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         if n_restarts or validation_data is not None or hyper_every != 1:
             raise ValueError("n_restarts, validation_data and hyper_every are not used by "
                              "particle flows")
-        return fit_vgp(model, X, y, inference, key=key, max_iter=max_iter,
+        return fit_flow(model, X, y, inference, key=key, max_iter=max_iter,
                             tol=0.0 if tol is None else tol,
                             learning_rate=learning_rate or 0.01, optimizer=optimizer or "adam",
                             callback=callback, verbose=verbose, chunk_size=chunk_size,
