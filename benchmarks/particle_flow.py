@@ -4,7 +4,9 @@ Bayesian logistic regression, numpyro's SVI with automatic guides.
 
 Parts: 1. Gaussian targets (4.1: errors of mean and covariance against time, a Theorem 2
 check); 2. low-rank GPF (4.2, Theorem 3); 3. Bayesian logistic regression on ijcnn1 (4.5);
-4. GP classification (VGP with flows against ``QuadratureVI`` / ``AnalyticVI``). Every run's
+4. GP classification (VGP with flows against ``QuadratureVI`` / ``AnalyticVI``); 5. sparse GP
+classification (SVGP with flows, full batch and minibatches, against ``QuadratureVI`` and
+``QuadratureSVI``). Every run's
 clock excludes JAX's compilation and the measurement callbacks; one CPU.
 
     /work/peers-venv/bin/python benchmarks/particle_flow.py            # full, writes RESULTS.md
@@ -33,7 +35,7 @@ import augmentedgp as agp  # noqa: E402
 from augmentedgp.core.params import Parameter, fixed, real  # noqa: E402
 from augmentedgp.variational import LowRankQ  # noqa: E402
 
-PARTS, THRESHOLDS = ("gauss", "lowrank", "blr", "gp"), (1e-1, 1e-2)
+PARTS, THRESHOLDS = ("gauss", "lowrank", "blr", "gp", "svgp"), (1e-1, 1e-2)
 _e, _s = (lambda x: fmt(x, ".1e")), (lambda x: fmt(x, ".2f"))
 
 
@@ -397,6 +399,66 @@ def bench_gp(args):
             "variance": float(np.asarray(kern.variance.value))}
 
 
+# --- 5. sparse GP classification -----------------------------------------------------------
+
+
+def bench_svgp(args):
+    """SVGP, fixed kernel and k-means Z: flows on the whitened inducing values against the
+    ELBO's optimum (QuadratureVI, full batch) and QuadratureSVI on the same minibatches."""
+    Xtr, ytr, Xte, yte, desc = binary(args.gp_data, args.svgp_train, args.gp_test, args.seed)
+    n, d = Xtr.shape
+    ypm, ytest_pm = np.where(ytr > 0, 1.0, -1.0), np.where(yte > 0, 1.0, -1.0)
+    kern = agp.kernels.RBF(fixed(agp.core.params.positive(math.sqrt(d))),
+                           fixed(agp.core.params.positive(args.gp_variance)))
+    Z = fixed(real(np.asarray(agp.inducing.kmeans(Xtr, args.svgp_m, jax.random.key(0)))))
+    M, b, iters = args.svgp_m, args.svgp_batch, args.svgp_iters
+
+    def model():
+        return agp.SVGP(kern, agp.likelihoods.Logistic(), Z)
+
+    def metrics(post):
+        return {"elbo": float(post.elbo()) / n,
+                "nlpd": -float(np.mean(np.asarray(post.predict_log_density(Xte, ytest_pm)))),
+                "acc": float(np.mean((np.asarray(post.predict_proba(Xte)) > 0.5) == (yte > 0)))}
+
+    lr = args.svgp_lr
+    configs = [("QuadratureVI (full batch)", agp.QuadratureVI(), args.gp_vi_iters),
+               (f"QuadratureSVI({b})", agp.QuadratureSVI(b), iters),
+               (f"GPF, N = M + 1 = {M + 1}, full batch", agp.ParticleFlow(learning_rate=lr),
+                iters),
+               (f"GPF, N = 2M = {2 * M}, batch {b}",
+                agp.ParticleFlow(n_particles=2 * M, learning_rate=lr, batch_size=b), iters),
+               (f"GF, M + 1 = {M + 1} samples, batch {b}",
+                agp.GaussianFlow(learning_rate=lr, batch_size=b), iters)]
+    runs = {}
+    for name, inf, n_iter in configs:
+        rec = Recorder(lambda m: {})
+        post, compile_s = timed_fit(lambda k, cb, inf=inf: agp.fit(
+            model(), Xtr, ypm, inf, max_iter=k, tol=0.0, key=jax.random.key(args.seed),
+            chunk_size=args.gp_chunk, callback=cb), n_iter, args.gp_chunk, rec)
+        runs[name] = dict(metrics(post), run_s=rec.elapsed()[0], compile_s=compile_s,
+                          iters=post.history.n_iter, message=post.history.message)
+        print(f"  svgp {name}: ELBO/n {runs[name]['elbo']:.4f} ({runs[name]['run_s']:.1f} s)",
+              flush=True)
+    return {"desc": desc, "n": n, "M": M, "runs": runs}
+
+
+def svgp_lines(sv, args):
+    ref = sv["runs"]["QuadratureVI (full batch)"]["elbo"]
+    rows = [[name, r["iters"], f"{r['elbo']:.4f}", f"{r['elbo'] - ref:+.4f}",
+             f"{r['nlpd']:.4f}", f"{r['acc']:.4f}", _s(r["run_s"]), _s(r["compile_s"])]
+            for name, r in sv["runs"].items()]
+    return [f"Data: {sv['desc']}; labels +-1. SVGP with M = {sv['M']} fixed k-means inducing "
+            "inputs, RBF kernel (lengthscale sqrt(d), variance "
+            f"{args.gp_variance:g}) fixed, logistic likelihood; the flows' q(v) over the "
+            f"whitened inducing values, plain gradient steps at lr {args.svgp_lr:g} (below "
+            "2 / the potential's largest curvature, at most n / 4 times the prior variance); "
+            "QuadratureSVI with its default constant natural step 0.1. ELBO per training "
+            "point by Gauss-Hermite at the final q.", "",
+            markdown_table(["method", "iterations", "ELBO / n", "vs QuadratureVI",
+                            "test NLPD", "test acc", "run s", "compile s"], rows), ""]
+
+
 # --- report --------------------------------------------------------------------------------
 
 
@@ -655,6 +717,9 @@ def body(args, res):
     if "gp" in res:
         lines += ["### 4. GP classification: VGP with particle flows vs QuadratureVI / "
                   "AnalyticVI", "", *gp_lines(res["gp"], args)]
+    if "svgp" in res:
+        lines += ["### 5. Sparse GP classification: SVGP with particle flows vs QuadratureVI / "
+                  "QuadratureSVI", "", *svgp_lines(res["svgp"], args)]
     c = claims(res)
     return lines + (["### The thesis' claims against this run", "", *c] if c else [])
 
@@ -677,28 +742,34 @@ def main():
             ("pred-samples", int, 200), ("nll-margin", float, 0.01), ("gp-train", int, None),
             ("gp-test", int, 1000), ("gp-lengthscale", float, None), ("gp-variance", float, 1.0),
             ("gp-iters", int, None), ("gp-chunk", int, 100), ("gp-lr", float, 0.02),
-            ("gp-lr-gf", float, 0.005), ("gp-vi-iters", int, 500)):
+            ("gp-lr-gf", float, 0.005), ("gp-vi-iters", int, 500), ("svgp-train", int, None),
+            ("svgp-m", int, 50), ("svgp-batch", int, 200), ("svgp-iters", int, None),
+            ("svgp-lr", float, 0.001)):
         p.add_argument(f"--{name}", type=kind, default=default)
     args = H.parse(p, {"dims": "5,20", "kappas": "10", "gauss_iters": 1000,
                        "gauss_iters_50": 1000, "thm2_iters": 2000, "particles": "2,10,51",
                        "lowrank_iters": 3000,
                        "blr_train": 1000, "blr_test": 1000, "blr_iters": 1000,
-                       "numpyro_lrs": "0.01", "gp_train": 100, "gp_iters": 600},
+                       "numpyro_lrs": "0.01", "gp_train": 100, "gp_iters": 600,
+                       "svgp_train": 1000, "svgp_iters": 600},
                    {"dims": "5,20,50", "kappas": "10,100", "gauss_iters": 3000,
                     "gauss_iters_50": 2000, "thm2_iters": 6000, "particles": "2,5,10,20,51",
                     "lowrank_iters": 6000,
                     "blr_train": 5000, "blr_test": 5000, "blr_iters": 2000,
-                    "numpyro_lrs": "0.01,0.001", "gp_train": 200, "gp_iters": 2000})
+                    "numpyro_lrs": "0.01,0.001", "gp_train": 200, "gp_iters": 2000,
+                    "svgp_train": 5000, "svgp_iters": 3000})
     args.dims, args.kappas = H.csv(args.dims, int), H.csv(args.kappas, float)
     args.particles, args.numpyro_lrs = H.csv(args.particles, int), H.csv(args.numpyro_lrs, float)
     args.gauss_methods, parts = H.csv(args.gauss_methods), H.csv(args.parts)
     if set(parts) - set(PARTS) or set(args.gauss_methods) - set(GAUSS_METHODS):
         p.error("unknown parts or methods")
-    if args.blr_iters % args.blr_chunk or args.gp_iters % args.gp_chunk:
-        p.error("--blr-iters / --gp-iters must be multiples of their chunk sizes")
+    if (args.blr_iters % args.blr_chunk or args.gp_iters % args.gp_chunk
+            or args.svgp_iters % args.gp_chunk):
+        p.error("--blr-iters / --gp-iters / --svgp-iters must be multiples of their chunk "
+                "sizes")
     res = {}
     for part, fn in (("gauss", bench_gauss), ("lowrank", bench_lowrank), ("blr", bench_blr),
-                     ("gp", bench_gp)):
+                     ("gp", bench_gp), ("svgp", bench_svgp)):
         if part in parts:
             t = time.perf_counter()
             res[part] = fn(args)
@@ -711,7 +782,8 @@ def main():
              "every configuration first runs one chunk (warm-up); synchronous CPU dispatch."]
     text = H.report("Gaussian particle flow: GPF / GF vs ADVI, SVGD and numpyro SVI (thesis "
                     "ch. 6)", intro, body(args, res), H.versions("optax"))
-    H.finish(args, text, res)
+    # a run of some parts writes a section of its own, next to the full run's
+    H.finish(args, text, res, section="" if set(parts) == set(PARTS) else ", ".join(parts))
 
 
 if __name__ == "__main__":

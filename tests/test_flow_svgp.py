@@ -18,6 +18,7 @@ particles in the whitened inducing space and the likelihood term averaged over p
 Tolerances are 2-5 times the measured discrepancies (quoted at each check; seeded runs).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -149,6 +150,23 @@ def test_minibatch_potentials_average_to_the_full_batch():
     np.testing.assert_allclose(sum(g(V, rows, 4.0) for rows in parts) / 4,
                                g(V, jnp.arange(N), 1.0), rtol=1e-10, atol=1e-12)
     assert float(jnp.std(full)) > 1.0  # the particles differ
+
+
+def test_inputs_on_inducing_points_give_finite_gradients():
+    """At an inducing input the residual variance k_ii - a_i^T a_i is clamped at 0: its
+    Gauss-Hermite nodes then pass a zero gradient (not 0 * inf = NaN) to the kernel
+    (a flow with a trainable RBF on such data went non-finite after 605 steps)."""
+    model = agp.SVGP(kern(True), LIK.Logistic(), fixed(real(Z)))
+    Xz = np.concatenate([Z, X[:8]])  # 8 rows exactly on inducing inputs
+    target = GPTarget(data=(jnp.arange(16), jnp.asarray(Y_CLS[:16])), X=jnp.asarray(Xz),
+                      model=model)
+    V = jax.random.normal(KEY, (3, 8))
+    grad = jax.grad(lambda m: jnp.sum(eqx.tree_at(lambda t: t.model, target, m).potentials(
+        V, target.data, 1.0)))(model)
+    leaves = [np.asarray(g) for g in jax.tree_util.tree_leaves(grad.kernel)]
+    assert all(np.all(np.isfinite(g)) for g in leaves) and any(np.any(g != 0) for g in leaves)
+    assert float(jax.grad(lambda v: LIK.Logistic().variational_expectations(
+        jnp.ones(()), jnp.zeros(()), v))(0.0)) == 0.0
 
 
 # --- several latent functions --------------------------------------------------------------

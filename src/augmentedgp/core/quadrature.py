@@ -18,20 +18,35 @@ def hermite_nodes(n: int):
     return x * math.sqrt(2.0), w / math.sqrt(math.pi)  # for E_{N(0,1)}[g]
 
 
+@jax.custom_jvp
+def _sd(var):
+    """sqrt(var), whose derivative at var = 0 is taken as 0 instead of inf: a variance
+    clamped at 0 (the residual variance of a sparse GP at an inducing input) then passes a
+    zero gradient, not 0 * inf = NaN, through the quadrature nodes."""
+    return jnp.sqrt(var)
+
+
+@_sd.defjvp
+def _sd_jvp(primals, tangents):
+    sd = jnp.sqrt(primals[0])
+    positive = sd > 0.0
+    return sd, jnp.where(positive, 0.5 / jnp.where(positive, sd, 1.0), 0.0) * tangents[0]
+
+
 def gauss_hermite(fn, mean, var, n: int = 32):
     """E[fn(f)] for f ~ N(mean, var), elementwise over broadcast mean/var.
 
     ``fn`` maps an array of latent values (..., n) to values of the same shape.
     """
     x, w = hermite_nodes(n)
-    f = jnp.asarray(mean)[..., None] + jnp.sqrt(jnp.asarray(var))[..., None] * x
+    f = jnp.asarray(mean)[..., None] + _sd(jnp.asarray(var, float))[..., None] * x
     return jnp.sum(fn(f) * w, axis=-1)
 
 
 def log_gauss_hermite(log_fn, mean, var, n: int = 100):
     """log E[exp(log_fn(f))] for f ~ N(mean, var), computed with logsumexp (no underflow)."""
     x, w = hermite_nodes(n)
-    f = jnp.asarray(mean)[..., None] + jnp.sqrt(jnp.asarray(var))[..., None] * x
+    f = jnp.asarray(mean)[..., None] + _sd(jnp.asarray(var, float))[..., None] * x
     return jax.scipy.special.logsumexp(log_fn(f) + jnp.log(w), axis=-1)
 
 
