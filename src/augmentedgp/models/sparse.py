@@ -480,8 +480,9 @@ class SGPR(eqx.Module):
         return beta, gamma, lik.augmented_expectations(y, m0, jnp.zeros_like(m0), q_aux)
 
     def training_objective(self, X, y, method=None, q_aux=None):
-        """The objective on validated arrays (traceable): the collapsed bound (vfe) or the
-        DTC / FITC log marginal likelihood; ``q_aux``: the q(w) state (non-Gaussian)."""
+        """The objective on validated arrays (traceable): the collapsed bound (vfe), the
+        DTC / FITC log marginal likelihood or the Taylor approximation (taylor);
+        ``q_aux``: the q(w) state (non-Gaussian) or the ``TaylorPoint``."""
         method = method or self.method
         if method != "fitc":
             return self.collapsed(X, y, q_aux, trace=method != "dtc").bound
@@ -520,7 +521,8 @@ class SGPR(eqx.Module):
 
     def check_aux(self, y: Shaped[Array, " n"], q_aux):
         """``q_aux`` checked against the likelihood's q(w) type and the n targets (a clear
-        ValueError otherwise), as JAX arrays; None stays None for a Gaussian likelihood."""
+        ValueError otherwise; a ``TaylorPoint`` for method "taylor"), as JAX arrays; None
+        stays None when the objective needs no state (a Gaussian likelihood, not "taylor")."""
         if q_aux is None:
             if not self.has_aux:
                 return None
