@@ -32,9 +32,12 @@ from augmentedgp.inference import (
     SVGD,
     AnalyticSVI,
     AnalyticVI,
+    Collapsed,
+    CollapsedVI,
     GaussianFlow,
     GibbsSampling,
     ParticleFlow,
+    Plan,
     QuadratureSVI,
     QuadratureVI,
     fit_gaussian,
@@ -76,7 +79,8 @@ def __getattr__(name):
 
 __all__ = [
     "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
-    "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
+    "Collapsed", "CollapsedVI", "Plan", "QuadratureVI", "QuadratureSVI", "AnalyticVI",
+    "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load",
     "core", "kernels", "means", "augmentation", "likelihoods", "variational", "models",

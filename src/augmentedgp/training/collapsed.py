@@ -33,7 +33,11 @@ from jaxtyping import ArrayLike, Float, Shaped
 from augmentedgp.core.loop import History, minimize, progress
 from augmentedgp.core.params import log_prior
 from augmentedgp.core.validation import check_int
+from augmentedgp.inference.collapsed import CollapsedVI
 from augmentedgp.models.sparse import SGPR, SparsePosterior
+from augmentedgp.training.dispatch import FitSettings, register
+
+MAX_ITER = 1000  # L-BFGS iterations in all when fit's max_iter is left at None
 
 
 @dataclasses.dataclass(eq=False)
@@ -95,7 +99,7 @@ def fit_collapsed(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, 
     q_aux = model.initial_aux(Xa, ya) if q_aux is None else model.check_aux(ya, q_aux)
     values, times, bounds = [], [], []
     start = time.perf_counter()
-    message, converged = "max_rounds reached", False
+    message, status = "max_rounds reached", "max_iter"
     report = progress(verbose, max_rounds, "collapsed VI")
     try:
         for k in range(max_rounds):
@@ -110,16 +114,33 @@ def fit_collapsed(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, 
             if not np.isfinite(bounds[-1]):
                 raise ValueError(f"the collapsed bound became non-finite in round {k + 1}")
             if callback is not None and callback(k + 1, -bounds[-1], model):
-                message = "stopped by callback"
+                message, status = "stopped by callback", "callback"
                 break
             if k > 0 and abs(bounds[-1] - bounds[-2]) / (abs(bounds[-2]) + 1.0) < tol:
-                message, converged = "converged (relative change of the bound below tol)", True
+                message, status = "converged (relative change of the bound below tol)", "converged"
                 break
     finally:
         report(None, None)
-    hist = CollapsedHistory(np.array(values), np.array(times), converged, message,
+    hist = CollapsedHistory(np.array(values), np.array(times), status, message,
                             bounds=np.array(bounds), q_aux=q_aux)
     return SparsePosterior(model.to_svgp(Xa, ya, q_aux), Xa, ya, hist)
 
 
-__all__ = ["CollapsedHistory", "fit_collapsed"]
+@register(SGPR, CollapsedVI)
+def fit_collapsed_vi(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
+                     inference: CollapsedVI, s: FitSettings) -> SparsePosterior:
+    """``fit``'s training of a collapsed model with q(w) state: :func:`fit_collapsed` with
+    ``ceil(max_iter / inference.lbfgs_iter)`` rounds (``max_iter`` L-BFGS iterations in
+    all, 1000 by default) and ``tol`` (default 1e-6)."""
+    s.reject("optimizer", "n_restarts", "validation_data", "hyper_every",
+             why="do not apply to collapsed augmented VI (rounds of closed-form q(w) updates "
+                 "and L-BFGS)")
+    inference.check(model)
+    max_iter = MAX_ITER if s.max_iter is None else s.max_iter
+    rounds = max(1, -(-max_iter // inference.lbfgs_iter))
+    return fit_collapsed(model, X, y, max_rounds=rounds, lbfgs_iter=inference.lbfgs_iter,
+                         sweeps=inference.sweeps, tol=1e-6 if s.tol is None else s.tol,
+                         callback=s.callback, verbose=s.verbose)
+
+
+__all__ = ["CollapsedHistory", "fit_collapsed", "fit_collapsed_vi"]
