@@ -188,7 +188,7 @@ class LogisticSoftmax(Categorical, Augmented):
 
     def predict_proba(self, mean, var):
         return mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
-                               self.predict_samples)
+                              self.predict_samples)
 
     def predictive_log_prob(self, y, mean, var):
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
@@ -272,7 +272,7 @@ class Softmax(Categorical):
 
     def predict_proba(self, mean, var):
         return mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
-                               self.predict_samples)
+                              self.predict_samples)
 
     def predictive_log_prob(self, y, mean, var):
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,

@@ -135,12 +135,12 @@ class SuperGaussian(Likelihood, ScaleMixture):
         """Gauss-Legendre panels split at h = 0 (``kinked_expectation``, ``n`` nodes per
         panel, None: 20)."""
         return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20 if n is None else n)
+                                  var, self._kink(y), 20 if n is None else n)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y | f) N(f | mean, var) df, Gauss-Legendre split at h = 0."""
         return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20, log=True)
+                                  var, self._kink(y), 20, log=True)
 
     def conditional_mean(self, f):
         if self.mean_fn is not None:
