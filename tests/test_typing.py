@@ -18,7 +18,8 @@ import augmentedgp as agp
 
 ROOT = Path(__file__).resolve().parents[1]
 ANNOTATED = [
-    "augmentedgp.core.linalg", "augmentedgp.core.validation", "augmentedgp.kernels.covariance",
+    "augmentedgp.core.linalg", "augmentedgp.core.quadrature", "augmentedgp.core.validation",
+    "augmentedgp.kernels.covariance",
     "augmentedgp.kernels.means", "augmentedgp.models.approximations", "augmentedgp.models.gp",
     "augmentedgp.models.inducing", "augmentedgp.models.mcgp", "augmentedgp.models.sites",
     "augmentedgp.models.sparse", "augmentedgp.inference.flow", "augmentedgp.inference.flow_gp",

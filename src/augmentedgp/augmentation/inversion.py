@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import ndtri
-from scipy.special import comb
+
+from augmentedgp.core.quadrature import euler_inversion_rule
 
 __all__ = ["check_phi", "log_mixing_density", "sample", "tilted_cdf"]
 
@@ -47,20 +48,8 @@ _A, _N, _M = 18.4, 27, 11
 _TOL_LOG_W = 1e-8  # the accuracy of the root in log w (module doc),
 _TOL_CDF = 1e-12  # or |F(w) - u| is (the CDF itself is accurate to ~1e-8)
 _MAX_STEPS = 100
-
-
-def _euler_weights():
-    """Weights of the terms a_0..a_{n+m} of the Euler sum: sum_j binom(m, j) 2^-m s_{n+j}
-    with s_j = sum_{k <= j} a_k, i.e. P(Binomial(m, 1/2) >= k - n) for term k."""
-    k = np.arange(_N + _M + 1)
-    tail = np.array([comb(_M, np.arange(j, _M + 1)).sum() for j in range(_M + 1)]) / 2.0**_M
-    w = np.where(k <= _N, 1.0, tail[np.clip(k - _N, 0, _M)])
-    w[0] *= 0.5  # the trapezoid's half weight on the real point
-    signs = np.where(k % 2 == 0, 1.0, -1.0)
-    return jnp.asarray(w * signs), jnp.asarray(math.pi * k)
-
-
-_WEIGHTS, _IM = _euler_weights()
+# the signed weights and imaginary parts (pi k) of the terms a_0..a_{n+m} of the Euler sum
+_WEIGHTS, _IM = map(jnp.asarray, euler_inversion_rule(_N, _M))
 
 
 def tilted_cdf(log_phi: Callable, c2, x):

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import stats
 
+from augmentedgp.core.validation import check_positive
+
 # --- bijections: unconstrained raw <-> constrained value -------------------------------
 
 
@@ -158,6 +160,18 @@ def positive(value, name: str | None = None, *, prior=None, trainable: bool = Tr
     if not np.all(arr > 0):
         raise ValueError(f"{name or 'a parameter value'} must be > 0, got {value!r}")
     return Parameter(transform.inverse(jnp.asarray(arr)), transform, prior, trainable)
+
+
+def scalar_positive(value, name: str) -> Parameter:
+    """A positive scalar hyperparameter: a scalar-valued :class:`Parameter` as it is, or a
+    finite real number > 0 as a trainable one (a ValueError naming ``name`` otherwise:
+    arrays, booleans, strings, NaN, inf, values <= 0)."""
+    if isinstance(value, Parameter):
+        if jnp.ndim(value.value) != 0:
+            raise ValueError(f"{name} must be a scalar Parameter, got shape "
+                             f"{jnp.shape(value.value)}")
+        return value
+    return positive(check_positive(value, name), name)
 
 
 def real(value, name: str | None = None, *, prior=None, trainable: bool = True,

@@ -116,6 +116,19 @@ def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike
     return X, check_y(y, X.shape[0])
 
 
+def check_counts(y: npt.ArrayLike, name: str = "y", integer: bool = True
+                 ) -> Float[np.ndarray, " ..."]:
+    """Non-negative integer counts (any non-negative values if not ``integer``), as floats
+    (:func:`check_finite` first); a ValueError naming ``name`` otherwise."""
+    arr = check_finite(y, name)
+    if np.any(arr < 0):
+        raise ValueError(f"{name} must hold non-negative counts, got minimum {arr.min()}")
+    if integer and np.any(arr != np.round(arr)):
+        bad = arr[arr != np.round(arr)]
+        raise ValueError(f"{name} must hold integer counts, got non-integer values {bad[:6]}")
+    return arr
+
+
 def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     """Binary labels in {0, 1} or {-1, +1} (or booleans) -> float array in {-1, +1}."""
     arr = np.asarray(y)

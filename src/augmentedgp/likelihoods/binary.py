@@ -9,12 +9,17 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr, logsumexp, ndtr
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussianForm
-from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
+from augmentedgp.core.quadrature import (
+    gauss_hermite,
+    kinked_expectation,
+    laguerre_nodes,
+    log_gauss_hermite,
+)
 from augmentedgp.core.validation import check_binary
 from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.numerics import log_inv_gamma, sqrt_floor
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -94,7 +99,7 @@ class Logistic(Bernoulli, PolyaGamma):
     @staticmethod
     def _proba_laguerre(mean, var):
         """``predict_proba``'s large-variance form (Gauss-Laguerre)."""
-        x, w = base.laguerre_nodes()
+        x, w = laguerre_nodes()
         v = jnp.maximum(var, 1e-12)[..., None]
         m = mean[..., None]
         dens = lambda t: jnp.exp(-0.5 * (t - m) ** 2 / v) / jnp.sqrt(2.0 * math.pi * v)
@@ -126,7 +131,7 @@ class Logistic(Bernoulli, PolyaGamma):
         log_big = jnp.log(self._proba_laguerre(jnp.where(pos, a, jnp.where(tilt, -(a + v), 0.0)),
                                                v))
         up, flip = log_big, a + 0.5 * v + log_big
-        x, w = base.laguerre_nodes()
+        x, w = laguerre_nodes()
         an = jnp.where(pos | tilt, -1.0, a)[..., None]
         vv = v[..., None]
         log_terms = (jnp.log(w) + jax.nn.log_sigmoid(x) - 0.5 * (x + an) ** 2 / vv
@@ -199,7 +204,7 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         ~1e-12, where 100-node Gauss-Hermite was off by up to 1.4e-4)."""
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
-        return base.kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
+        return kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y | f) N(f | mean, var) df, p(y | f) = sigmoid(y (log L(+1 | f) -
@@ -210,21 +215,21 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
         yy = y[..., None, None]
         log_p = lambda f: jax.nn.log_sigmoid(yy * (self.log_prob(1.0, f) - self.log_prob(-1.0, f)))
-        return base.kinked_expectation(log_p, mean, var, kinks, 20, log=True)
+        return kinked_expectation(log_p, mean, var, kinks, 20, log=True)
 
     def super_gaussian(self, y):
         return SuperGaussianForm(-1.0, y, 1.0, -y)
 
     def log_phi(self, y, t):
-        return -base.sqrt_floor(t)
+        return -sqrt_floor(t)
 
     def log_mixing_density(self, y, w):
         """Levy: InvGamma(1/2, scale 1/4), whose Laplace transform is e^{-sqrt t}."""
-        return base.log_inv_gamma(w, 0.5, 0.25)
+        return log_inv_gamma(w, 0.5, 0.25)
 
     def omega_mean(self, y, t):
-        return 0.5 / base.sqrt_floor(t)
+        return 0.5 / sqrt_floor(t)
 
     def sample_omega(self, key, y, t):
         # e^{-sqrt t} = E e^{-t w}, w ~ Levy(1/2); tilted: inverse Gaussian(1 / (2c), 1/2)
-        return samplers.inverse_gaussian(key, 0.5 / base.sqrt_floor(t), 0.5)
+        return samplers.inverse_gaussian(key, 0.5 / sqrt_floor(t), 0.5)

@@ -13,9 +13,9 @@ from jax.scipy.special import gammaln, xlogy
 
 from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
 from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussianForm
-from augmentedgp.core.params import Parameter
-from augmentedgp.core.validation import check_positive, require_finite
-from augmentedgp.likelihoods.base import Likelihood, count_targets, scalar_positive
+from augmentedgp.core.params import Parameter, scalar_positive
+from augmentedgp.core.validation import check_counts, check_positive, require_finite
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -36,7 +36,7 @@ class Poisson(Likelihood):
         self.integer = bool(integer)
 
     def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name, integer=self.integer)
+        return check_counts(y, name, integer=self.integer)
 
     def log_prob(self, y, f):
         # y log(b e^f) - b e^f - log y!
@@ -93,7 +93,7 @@ class LogisticPoisson(Likelihood, Augmented):
         self.rate = scalar_positive(rate, "Poisson maximum rate")
 
     def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name)
+        return check_counts(y, name)
 
     def log_prob(self, y, f):
         lam = self.rate.value
@@ -160,7 +160,7 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         self.integer = bool(integer)
 
     def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name, integer=self.integer)
+        return check_counts(y, name, integer=self.integer)
 
     def log_prob(self, y, f):
         r = self.r.value

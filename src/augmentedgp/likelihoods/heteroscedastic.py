@@ -21,7 +21,8 @@ from augmentedgp.core.quadrature import (
     panel_log_gauss_legendre,
 )
 from augmentedgp.core.validation import is_concrete
-from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
+from augmentedgp.likelihoods.base import MultiLatent
+from augmentedgp.likelihoods.numerics import log_2cosh_half
 from augmentedgp.likelihoods.robust import (
     check_finite_variance,
     expected_log1p_square,

@@ -13,13 +13,18 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import log_ndtr, logsumexp, xlogy
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, fixed, positive
-from augmentedgp.core.quadrature import gauss_hermite
+from augmentedgp.core.quadrature import (
+    gauss_hermite,
+    kinked_expectation,
+    mc_expectation,
+    qmc_normal,
+)
 from augmentedgp.core.validation import check_int, check_vector, unique_labels
 from augmentedgp.likelihoods.base import MultiLatent
+from augmentedgp.likelihoods.numerics import log_2cosh_half
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -91,10 +96,10 @@ class Categorical(MultiLatent):
 
 def _row_log_expectation(log_fn, y, mean, var, n_samples: int):
     """log E[exp(log_fn(f_i, y_i))] for f_i ~ N(mean_i, diag var_i), per row i, over the
-    quasi-Monte Carlo points of ``base.mc_expectation`` (the same points: the log of that
+    quasi-Monte Carlo points of ``mc_expectation`` (the same points: the log of that
     estimate) with logsumexp, so no underflow where the expectation is below 1e-308.
     ``log_fn`` maps (S, C) latent vectors and a label to (S,)."""
-    eps = jnp.asarray(base.qmc_normal(n_samples, mean.shape[-1]), mean.dtype)
+    eps = jnp.asarray(qmc_normal(n_samples, mean.shape[-1]), mean.dtype)
     row = lambda a: logsumexp(log_fn(a[1] + jnp.sqrt(a[2]) * eps, a[0]), axis=0)
     return lax.map(row, (y, mean, var), batch_size=32) - math.log(n_samples)
 
@@ -161,7 +166,8 @@ class LogisticSoftmax(Categorical, Augmented):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
+        self.num_samples = check_int(num_samples, "num_samples")
+        self.predict_samples = check_int(predict_samples, "predict_samples")
 
     @staticmethod
     def _log_probs(F):
@@ -178,11 +184,11 @@ class LogisticSoftmax(Categorical, Augmented):
         pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
         first = gauss_hermite(jax.nn.log_sigmoid, pick(mean), pick(var), n)
         lse = lambda F: logsumexp(jax.nn.log_sigmoid(F), axis=-1)
-        return first - base.mc_expectation(lse, mean, var, self.num_samples, key)
+        return first - mc_expectation(lse, mean, var, self.num_samples, key)
 
     def predict_proba(self, mean, var):
-        return base.mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
-                               self.predict_samples)
+        return mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
+                              self.predict_samples)
 
     def predictive_log_prob(self, y, mean, var):
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
@@ -194,7 +200,7 @@ class LogisticSoftmax(Categorical, Augmented):
     def aux_posterior(self, y, mean, var):
         c2 = mean**2 + var
         # psi: the "sigma~" of [Galy-Fajou2022, Sec. 7.4.2, Algorithm 5], corrected
-        psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
+        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
         return SoftmaxTilt(c2, psi / (self.num_latent - jnp.sum(psi, -1, keepdims=True)))
 
     def aux_sites(self, y, q_aux):
@@ -230,15 +236,15 @@ class LogisticSoftmax(Categorical, Augmented):
         lambda integrated out, minus log q(n))."""
         if q_aux is None:
             c2 = mean**2 + var
-            psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
+            psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
             pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
-            return (0.5 * pick(mean) - base.log_2cosh_half(pick(c2))
+            return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
                     - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         mu = q_aux.n_mean
         e_w = 0.5 * (Y + mu) * tanh_ratio(jnp.sqrt(q_aux.c2))
         per_class = (0.5 * (Y - mu) * mean - e_w * (mean**2 + var - q_aux.c2)
-                     - (Y + mu) * base.log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
+                     - (Y + mu) * log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
         m1 = jnp.sum(mu, -1) + 1.0
         return jnp.sum(per_class, -1) + m1 * (jnp.log(m1) - math.log(self.num_latent))
 
@@ -252,7 +258,8 @@ class Softmax(Categorical):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
+        self.num_samples = check_int(num_samples, "num_samples")
+        self.predict_samples = check_int(predict_samples, "predict_samples")
 
     def log_prob(self, y, f):
         return jnp.take_along_axis(jax.nn.log_softmax(f, -1), jnp.asarray(y)[..., None],
@@ -261,11 +268,11 @@ class Softmax(Categorical):
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         pick = jnp.take_along_axis(mean, jnp.asarray(y)[:, None], 1)[:, 0]
         lse = lambda F: logsumexp(F, axis=-1)
-        return pick - base.mc_expectation(lse, mean, var, self.num_samples, key)
+        return pick - mc_expectation(lse, mean, var, self.num_samples, key)
 
     def predict_proba(self, mean, var):
-        return base.mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
-                               self.predict_samples)
+        return mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
+                              self.predict_samples)
 
     def predictive_log_prob(self, y, mean, var):
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
@@ -315,7 +322,7 @@ class RobustMax(Categorical):
             return jnp.exp(jnp.sum(jnp.where(others[:, None, None, :], log_phi, 0.0), -1))
 
         rises = (mean[..., None] + s[..., None] * jnp.asarray([-6.0, 0.0, 6.0]))
-        return base.kinked_expectation(product, pick(mean), pick(var),
+        return kinked_expectation(product, pick(mean), pick(var),
                                   rises.reshape(mean.shape[0], -1), self.n_points)
 
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):

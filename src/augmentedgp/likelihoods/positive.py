@@ -10,10 +10,10 @@ import jax.scipy.stats
 import numpy as np
 from jax.scipy.special import gammaln
 
-from augmentedgp.core.params import Parameter, positive
+from augmentedgp.core.params import Parameter, positive, scalar_positive
 from augmentedgp.core.quadrature import adaptive_log_gauss_hermite
 from augmentedgp.core.validation import check_finite, require_finite
-from augmentedgp.likelihoods.base import Likelihood, scalar_positive
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2 = math.log(2.0)
 

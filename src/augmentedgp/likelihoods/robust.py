@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf, gammaln, log_ndtr
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussianForm
-from augmentedgp.core.params import Parameter
+from augmentedgp.core.params import Parameter, scalar_positive
+from augmentedgp.core.quadrature import kinked_expectation, uniform_nodes
 from augmentedgp.core.validation import is_concrete, require_finite
 from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.numerics import log_gamma_density, log_inv_gamma, sqrt_floor
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -38,7 +39,7 @@ class Gaussian(Likelihood, ScaleMixture):
                 f"noise variance must be a scalar, got an array of shape "
                 f"{np.shape(variance)}: per-point noise has no value at new inputs; for noise "
                 "that varies with x use likelihoods.HeteroscedasticGaussian (VGP or SVGP)")
-        self.variance = base.scalar_positive(variance, "noise variance")
+        self.variance = scalar_positive(variance, "noise variance")
 
     def log_prob(self, y, f):
         s2 = self.variance.value
@@ -101,8 +102,8 @@ class StudentT(Likelihood, ScaleMixture):
     scale: Parameter
 
     def __init__(self, df=3.0, scale=1.0):
-        self.df = base.scalar_positive(df, "Student-t degrees of freedom df")
-        self.scale = base.scalar_positive(scale, "Student-t scale")
+        self.df = scalar_positive(df, "Student-t degrees of freedom df")
+        self.scale = scalar_positive(scale, "Student-t scale")
 
     def log_prob(self, y, f):
         nu, s = self.df.value, self.scale.value
@@ -167,7 +168,7 @@ class StudentT(Likelihood, ScaleMixture):
     def log_mixing_density(self, y, w):
         """Gamma((df + 1) / 2, rate df)."""
         nu = self.df.value
-        return base.log_gamma_density(w, 0.5 * (nu + 1.0), nu)
+        return log_gamma_density(w, 0.5 * (nu + 1.0), nu)
 
     def omega_mean(self, y, t):
         nu = self.df.value
@@ -191,7 +192,7 @@ class Laplace(Likelihood, ScaleMixture):
     scale: Parameter
 
     def __init__(self, scale=1.0):
-        self.scale = base.scalar_positive(scale, "Laplace scale")
+        self.scale = scalar_positive(scale, "Laplace scale")
 
     def log_prob(self, y, f):
         b = self.scale.value
@@ -239,19 +240,19 @@ class Laplace(Likelihood, ScaleMixture):
         return SuperGaussianForm(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)
 
     def log_phi(self, y, t):
-        return -base.sqrt_floor(t) / self.scale.value
+        return -sqrt_floor(t) / self.scale.value
 
     def log_mixing_density(self, y, w):
         """Levy: InvGamma(1/2, scale 1 / (4 scale^2)), Laplace transform e^{-sqrt(t) / scale}."""
-        return base.log_inv_gamma(w, 0.5, 0.25 / self.scale.value**2)
+        return log_inv_gamma(w, 0.5, 0.25 / self.scale.value**2)
 
     def omega_mean(self, y, t):
-        return 0.5 / (self.scale.value * base.sqrt_floor(t))
+        return 0.5 / (self.scale.value * sqrt_floor(t))
 
     def sample_omega(self, key, y, t):
         # e^{-sqrt(t) / s} = E e^{-t w}, w ~ Levy(1 / (2 s^2)); tilted: inverse Gaussian
         s = self.scale.value
-        return samplers.inverse_gaussian(key, 0.5 / (s * base.sqrt_floor(t)), 0.5 / s**2)
+        return samplers.inverse_gaussian(key, 0.5 / (s * sqrt_floor(t)), 0.5 / s**2)
 
 
 class Matern32(Likelihood, ScaleMixture):
@@ -265,7 +266,7 @@ class Matern32(Likelihood, ScaleMixture):
     scale: Parameter
 
     def __init__(self, scale=1.0):
-        self.scale = base.scalar_positive(scale, "Matern-3/2 noise scale")
+        self.scale = scalar_positive(scale, "Matern-3/2 noise scale")
 
     def _a(self):
         return math.sqrt(3.0) / self.scale.value
@@ -282,12 +283,12 @@ class Matern32(Likelihood, ScaleMixture):
         """Gauss-Legendre split at the kink f = y (``kinked_expectation``, ``n`` nodes per
         panel, None: 20); Gauss-Hermite over the kink was off by ~2e-3 at var = 2."""
         n = 20 if n is None else n
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
                                   self._kinks(y), n)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y | f) N(f | mean, var) df, Gauss-Legendre split at the kink f = y."""
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean, var,
                                   self._kinks(y), 20, log=True)
 
     def conditional_mean(self, f):
@@ -304,17 +305,17 @@ class Matern32(Likelihood, ScaleMixture):
 
     def log_phi(self, y, t):
         a = self._a()
-        ac = a * base.sqrt_floor(t)
+        ac = a * sqrt_floor(t)
         # log1p(x) - x = -x^2/2 + x^3/3 - ... : smooth in t at t = 0
         return jnp.where(ac < 1e-5, -0.5 * a**2 * t + a**3 * t**1.5 / 3.0, jnp.log1p(ac) - ac)
 
     def log_mixing_density(self, y, w):
         """InvGamma(3/2, scale a^2 / 4), Laplace transform (1 + a sqrt t) e^{-a sqrt t}."""
-        return base.log_inv_gamma(w, 1.5, 0.25 * self._a() ** 2)
+        return log_inv_gamma(w, 1.5, 0.25 * self._a() ** 2)
 
     def omega_mean(self, y, t):
         a = self._a()
-        return 0.5 * a**2 / (1.0 + a * base.sqrt_floor(t))
+        return 0.5 * a**2 / (1.0 + a * sqrt_floor(t))
 
     def sample_omega(self, key, y, t):
         # (1 + a sqrt t) e^{-a sqrt t} = E e^{-t w}, w ~ InvGamma(3/2, a^2 / 4); tilted:
@@ -345,7 +346,7 @@ def expected_log1p_square(d, v, c, n: int = 256):
                                    jnp.asarray(c, float))
     # below lo the integrand is ~ e^t (v + d^2)/c < 1e-16 of the result; above hi e^{-e^t}
     lo = jax.lax.stop_gradient(-37.0 - jnp.log1p((v + d**2) / c))
-    t, h = base.uniform_nodes(lo, math.log(40.0), n)
+    t, h = uniform_nodes(lo, math.log(40.0), n)
     u = jnp.exp(t)
     vv, dd, cc = v[..., None], d[..., None], c[..., None]
     g = 0.5 * jnp.log1p(2.0 * u * vv / cc) + u * dd**2 / (cc + 2.0 * u * vv)
@@ -368,7 +369,7 @@ def student_t_log_predictive(d2, v, df, log_s2, n: int = 512):
     lo = -jnp.minimum(jnp.sqrt(80.0 / b), jnp.log1p(80.0 / b) + 5.0)
     peak = jnp.maximum(0.0, jnp.log(jnp.maximum(d2 + v, 1e-300)) - log_s2)
     hi = peak + jnp.sqrt(80.0 / b) + 40.0 / (b + 0.5)
-    t, h = base.uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), n)
+    t, h = uniform_nodes(jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi), n)
     log_tot = jnp.logaddexp(jnp.log(v)[..., None], log_s2[..., None] + t)  # log(v + s^2 w)
     log_f = (b * jnp.log(b) - gammaln(b) - b * (t + jnp.exp(-t))  # InvGamma(w) dw/dt
              - 0.5 * (_LOG_2PI + log_tot + d2[..., None] * jnp.exp(-log_tot)))

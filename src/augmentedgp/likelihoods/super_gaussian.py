@@ -10,11 +10,11 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import inversion
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussianForm
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.validation import check_binary, check_finite, is_concrete
+from augmentedgp.core.quadrature import kinked_expectation
+from augmentedgp.core.validation import check_binary, check_counts, check_finite, is_concrete
 from augmentedgp.likelihoods.base import Likelihood
 
 _SUPPORTS = ("real", "binary", "counts")
@@ -109,7 +109,7 @@ class SuperGaussian(Likelihood, ScaleMixture):
         if self.support == "binary":
             return check_binary(y, name)
         if self.support == "counts":
-            return base.count_targets(y, name)
+            return check_counts(y, name)
         return check_finite(y, name)
 
     def super_gaussian(self, y):
@@ -134,13 +134,13 @@ class SuperGaussian(Likelihood, ScaleMixture):
     def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
         """Gauss-Legendre panels split at h = 0 (``kinked_expectation``, ``n`` nodes per
         panel, None: 20)."""
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20 if n is None else n)
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
+                                  var, self._kink(y), 20 if n is None else n)
 
     def predictive_log_prob(self, y, mean, var):
         """log int p(y | f) N(f | mean, var) df, Gauss-Legendre split at h = 0."""
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20, log=True)
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
+                                  var, self._kink(y), 20, log=True)
 
     def conditional_mean(self, f):
         if self.mean_fn is not None:
