@@ -2,11 +2,19 @@
 variational methods for SVGP/VGP, augmented Gibbs sampling and Gaussian particle flows."""
 
 from augmentedgp.inference import flow
-from augmentedgp.inference.flow import ADVI, SVGD, GaussianFlow, ParticleFlow, fit_gaussian
+from augmentedgp.inference.flow import (
+    ADVI,
+    PARTICLE_FLOWS,
+    SVGD,
+    FlowMethod,
+    GaussianFlow,
+    ParticleFlow,
+    fit_gaussian,
+)
 from augmentedgp.inference.gibbs import GibbsSampling, sample
 from augmentedgp.inference.vi import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
 from augmentedgp.models.approximations import EP, Exact, Laplace
 
 __all__ = ["Exact", "Laplace", "EP", "QuadratureVI", "QuadratureSVI", "AnalyticVI",
            "AnalyticSVI", "GibbsSampling", "sample", "ParticleFlow", "GaussianFlow", "ADVI",
-           "SVGD", "fit_gaussian", "flow"]
+           "SVGD", "FlowMethod", "PARTICLE_FLOWS", "fit_gaussian", "flow"]
