@@ -27,7 +27,7 @@ class Bernoulli(Likelihood):
 
     support = "binary"
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return check_binary(y, name)
 
     @abc.abstractmethod

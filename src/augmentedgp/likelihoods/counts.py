@@ -36,7 +36,7 @@ class Poisson(Likelihood):
         self.binsize = check_positive(binsize, "binsize")
         self.integer = bool(integer)
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return count_targets(y, name, integer=self.integer)
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
@@ -99,7 +99,7 @@ class LogisticPoisson(Likelihood, Augmented):
     def __init__(self, rate=1.0):
         self.rate = scalar_positive(rate, "Poisson maximum rate")
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return count_targets(y, name)
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
@@ -173,7 +173,7 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         self.r = scalar_positive(r, "negative-binomial dispersion r")
         self.integer = bool(integer)
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return count_targets(y, name, integer=self.integer)
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]

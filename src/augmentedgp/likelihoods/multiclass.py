@@ -42,10 +42,10 @@ class Categorical(MultiLatent):
     def num_latent(self) -> int:
         return len(self.classes)
 
-    def targets(self, y: ArrayLike, n: int, name: str = "y") -> Shaped[Array, " n"]:
+    def targets(self, y: ArrayLike, n: int, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return self.check_targets(check_vector(y, n, name), name)
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         """Class codes 0..C-1 of the labels ``y``."""
         arr = np.asarray(y)
         if arr.ndim != 1:

@@ -47,7 +47,7 @@ class Gamma(Likelihood):
     def __init__(self, shape=1.0):
         self.shape = scalar_positive(shape, "Gamma shape")
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return _inside(y, name, 0.0, np.inf, "strictly positive for a Gamma likelihood")
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
@@ -126,7 +126,7 @@ class Beta(Likelihood):
     def __init__(self, precision=10.0):
         self.precision = positive(precision, "beta precision", max_ndim=0)
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return _inside(y, name, 0.0, 1.0, "inside (0, 1) for a Beta likelihood")
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]

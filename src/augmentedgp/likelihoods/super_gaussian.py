@@ -106,7 +106,7 @@ class SuperGaussian(Likelihood, ScaleMixture):
     def _values(self) -> dict:
         return {k: p.value for k, p in self.params.items()}
 
-    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[Array, " n"]:
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         if self.support == "binary":
             return check_binary(y, name)
         if self.support == "counts":
