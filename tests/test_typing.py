@@ -25,7 +25,14 @@ ANNOTATED = [
     "augmentedgp.models.sparse", "augmentedgp.inference.flow", "augmentedgp.inference.flow_gp",
     "augmentedgp.inference.gibbs", "augmentedgp.inference.vi", "augmentedgp.persistence",
     "augmentedgp.contrib.bayesian", "augmentedgp.contrib.bounds", "augmentedgp.contrib.dpp",
-    "augmentedgp.launcher", "augmentedgp.training.fit",
+    "augmentedgp.launcher", "augmentedgp.training.fit", "augmentedgp.augmentation.protocol",
+    "augmentedgp.augmentation.inversion", "augmentedgp.likelihoods.binary",
+    "augmentedgp.likelihoods.counts", "augmentedgp.likelihoods.heteroscedastic",
+    "augmentedgp.likelihoods.multiclass", "augmentedgp.likelihoods.positive",
+    "augmentedgp.likelihoods.robust", "augmentedgp.likelihoods.super_gaussian",
+    "augmentedgp.variational.families", "augmentedgp.variational.natgrad",
+    "augmentedgp.variational.schedules", "augmentedgp.core.params", "augmentedgp.datasets",
+    "augmentedgp.testing",
 ]
 
 

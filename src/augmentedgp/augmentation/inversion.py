@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import ndtri
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from augmentedgp.core.quadrature import euler_inversion_rule
 
@@ -52,7 +53,8 @@ _MAX_STEPS = 100
 _WEIGHTS, _IM = map(jnp.asarray, euler_inversion_rule(_N, _M))
 
 
-def tilted_cdf(log_phi: Callable, c2, x):
+def tilted_cdf(log_phi: Callable, c2: Float[ArrayLike, "*batch"], x: Float[ArrayLike, "*batch"]
+              ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
     """(F(x), f(x)): the CDF and density at x > 0 of pi(w | c) ~ e^{-c^2 w} p(w), where phi
     (``log_phi``, elementwise and analytic for Re t > 0) is the Laplace transform of p(w)
     ([Abate2000] Euler inversion; module doc). ``c2`` = c^2 >= 0 and ``x`` broadcast."""
@@ -65,7 +67,7 @@ def tilted_cdf(log_phi: Callable, c2, x):
     return cdf, density
 
 
-def log_mixing_density(log_phi: Callable, w):
+def log_mixing_density(log_phi: Callable, w: Float[ArrayLike, ""]) -> Float[Array, ""]:
     """log p(w) at w > 0 (scalar), p the inverse Laplace transform of phi. The inversion's
     error is absolute (~1e-8 of the density's peak), so in the left tail p(w) is computed
     through the tilted law whose mean is w: p(w) = phi(t0) e^{t0 w} pi(w | t0) with
@@ -128,7 +130,8 @@ def _start(mean, var, k3, u):
     return jnp.where(jnp.isfinite(z), z, 0.0)
 
 
-def sample(key, log_phi: Callable, c2, *args):
+def sample(key: PRNGKeyArray, log_phi: Callable, c2: Float[ArrayLike, "*batch"], *args
+          ) -> Float[Array, "*batch"]:
     """Draws of w ~ pi(w | c), one per entry of ``c2`` = c^2, by inverse-CDF sampling with
     the numerical CDF (module doc). ``log_phi(t, *args)`` is log phi for one entry, ``args``
     its parameters (arrays broadcast against ``c2``). Where the law is a point mass

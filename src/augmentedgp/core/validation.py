@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
-from jaxtyping import Float, Shaped
+from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 
 def as_real(value: npt.ArrayLike, name: str, what: str) -> np.ndarray:
@@ -228,7 +228,7 @@ def check_positive(value: object, name: str) -> float:
     return check_real(value, name, low=0.0, open_low=True)
 
 
-def check_key(key: object, name: str = "key", allow_none: bool = False):
+def check_key(key: object, name: str = "key", allow_none: bool = False) -> PRNGKeyArray | None:
     """``key`` as one JAX PRNG key: a typed key (``jax.random.key(seed)``, shape ()) or a
     legacy raw key (``jax.random.PRNGKey(seed)``, uint32 of shape (2,)); or None if
     ``allow_none``. A TypeError naming the argument for anything else (None, an int
@@ -255,7 +255,7 @@ def check_key(key: object, name: str = "key", allow_none: bool = False):
     return key
 
 
-def require_finite(what: str, *values):
+def require_finite(what: str, *values) -> ArrayLike | tuple[ArrayLike, ...]:
     """``values`` as they are if finite or traced (under jit nothing can be raised: callers
     such as ``models.sites.check_moments`` check there); otherwise a ValueError saying that
     ``what`` exceeds float64."""

@@ -5,7 +5,15 @@ model, inference and budget from the data size)."""
 
 from augmentedgp.inference import flow
 from augmentedgp.inference.collapsed import Collapsed, CollapsedVI
-from augmentedgp.inference.flow import ADVI, SVGD, GaussianFlow, ParticleFlow, fit_gaussian
+from augmentedgp.inference.flow import (
+    ADVI,
+    PARTICLE_FLOWS,
+    SVGD,
+    FlowMethod,
+    GaussianFlow,
+    ParticleFlow,
+    fit_gaussian,
+)
 from augmentedgp.inference.gibbs import GibbsSampling, sample
 from augmentedgp.inference.plan import Plan
 from augmentedgp.inference.vi import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
@@ -13,4 +21,5 @@ from augmentedgp.models.approximations import EP, Exact, Laplace
 
 __all__ = ["Exact", "Laplace", "EP", "Collapsed", "CollapsedVI", "Plan", "QuadratureVI",
            "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling", "sample",
-           "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "flow"]
+           "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "FlowMethod", "PARTICLE_FLOWS",
+           "fit_gaussian", "flow"]
