@@ -29,7 +29,7 @@ from augmentedgp.inference.flow_gp import fit_flow
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference, stages, warn_if_loose
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
-from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior
+from augmentedgp.models.sparse import SGPR, SVGP, VGP, CollapsedSparseGP, SparsePosterior
 from augmentedgp.training.collapsed import fit_collapsed
 from augmentedgp.training.step import (
     check_settings,
@@ -101,7 +101,7 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         hyper_every: int = 1) -> SitePosterior | SparsePosterior:
     """Fit ``model`` to (X, y) and return its posterior (with ``history``).
 
-    SGPR with an augmented likelihood (or method "taylor"): collapsed augmented VI
+    SGPR with an augmented likelihood (or TaylorSGPR): collapsed augmented VI
     (:func:`~augmentedgp.training.collapsed.fit_collapsed`): rounds of closed-form q(w)
     updates (the Taylor expansion points) and 50 L-BFGS iterations on the collapsed bound
     (the Taylor objective), ``max_iter`` L-BFGS iterations in all, stopping when a round
@@ -144,10 +144,10 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
     max_iter, n_restarts, patience, learning_rate, tol = (
         s.max_iter, s.n_restarts, s.patience, s.learning_rate, s.tol)
     chunk_size, window, hyper_every = s.chunk_size, s.window, s.hyper_every
-    if isinstance(model, SGPR) and model.has_aux:
+    if isinstance(model, CollapsedSparseGP) and model.has_aux:
         if (inference is not None or optimizer is not None or n_restarts
                 or validation_data is not None or hyper_every != 1):
-            raise ValueError("an SGPR with an augmented likelihood or method 'taylor' is "
+            raise ValueError("an SGPR with an augmented likelihood or a TaylorSGPR is "
                              "fitted in rounds (training.collapsed.fit_collapsed): inference, "
                              "optimizer, n_restarts, validation_data and hyper_every do not "
                              "apply")
@@ -155,7 +155,7 @@ def fit(model: GP | SGPR | SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         return fit_collapsed(model, X, y, max_rounds=rounds, lbfgs_iter=COLLAPSED_LBFGS_ITER,
                              tol=1e-6 if tol is None else tol, callback=callback,
                              verbose=verbose)
-    if isinstance(model, GP | SGPR):
+    if isinstance(model, GP | CollapsedSparseGP):
         if validation_data is not None or hyper_every != 1:
             raise ValueError("validation_data and hyper_every are for the iterative SVGP / "
                              "VGP fits")
@@ -189,8 +189,8 @@ def _fit_marginal(model, X, y, inference, optimizer, max_iter, learning_rate, to
         objective, extra = _objective, (inference,)
     else:
         if inference is not None:
-            raise ValueError("SGPR takes no inference argument (choose method='vfe', 'dtc' "
-                             "or 'fitc' when building it)")
+            raise ValueError("SGPR, DTC and FITC take no inference argument (the model's "
+                             "class chooses the objective)")
         objective, extra = _sgpr_objective, ()
     if n_restarts and key is None:
         raise ValueError("n_restarts > 0 needs a jax.random key (key=jax.random.key(0))")
