@@ -585,6 +585,19 @@ def test_adaptive_schedule():
 # --- 12. bad input ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("method,cls", [("vfe", "SGPR"), ("dtc", "DTC"), ("fitc", "FITC"),
+                                        ("taylor", "TaylorSGPR")])
+def test_the_removed_method_argument_names_the_class_to_use(method, cls):
+    for model in (agp.SGPR, agp.DTC):
+        with pytest.raises(TypeError, match=f"method={method!r}.*{cls}"):
+            model(kern(), ZGRID, noise=S2, method=method)
+    with pytest.raises(TypeError, match="base class"):
+        agp.CollapsedSparseGP(kern(), ZGRID, noise=S2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nois'"):
+        agp.SGPR(kern(), ZGRID, nois=S2)
+    assert issubclass(getattr(agp, cls), agp.CollapsedSparseGP)
+
+
 def test_bad_input_raises_value_error():
     X, y = sparse_data(n=20)
     k = kern()

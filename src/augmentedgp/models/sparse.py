@@ -437,6 +437,10 @@ class CollapsedSparseGP(eqx.Module):
     a local state ``q_aux`` (q(w) of an augmented likelihood, or the expansion points of
     :class:`TaylorSGPR`), which ``augmentedgp.fit`` then updates in closed form between
     L-BFGS rounds (``augmentedgp.training.collapsed.fit_collapsed``).
+
+    The constructors take ``kernel``, ``inducing`` (an (M, d) array, trained by default, or
+    a Parameter), ``noise`` or ``likelihood`` and ``mean``; the ``method`` argument of the
+    former single SGPR class is refused with a TypeError naming the class to use.
     """
 
     kernel: Kernel
