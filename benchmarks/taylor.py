@@ -4,7 +4,7 @@ augmented bound and quadrature VI, on the same data.
 Logistic classification on a9a, ijcnn1, electricity and bank (``--n-train`` random training
 rows, M fixed k-means inducing inputs, an RBF kernel fitted by each method):
 
-- ``taylor``: ``SGPR(method="taylor")`` by ``agp.fit`` (rounds of xi = E_q[f] and L-BFGS on
+- ``taylor``: ``TaylorSGPR`` by ``agp.fit`` (rounds of xi = E_q[f] and L-BFGS on
   the Taylor objective -- an approximation of log p(y), not a bound);
 - ``augmented``: ``SGPR`` with the Polya-Gamma augmented (Jaakkola-Jordan) bound collapsed,
   by ``agp.fit`` (rounds of closed-form q(w) and L-BFGS);

@@ -826,7 +826,9 @@ class TaylorSGPR(CollapsedSparseGP):
 
 @eqx.filter_jit
 def _elbo_jit(model, X, y, scale, augmented=False):
-    return model._elbo(X, y, scale, augmented)
+    lik = model.likelihood
+    expectations = lik.augmented_expectations if augmented else lik.variational_expectations
+    return model.elbo_projection(X, y, scale, expectations)[0]
 
 
 @eqx.filter_jit
