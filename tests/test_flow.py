@@ -994,7 +994,6 @@ def test_natural_mean_needs_full_rank():
 
 
 def test_flow_methods_share_the_public_base_and_its_abstract_hooks():
-    assert flow.METHODS is flow.PARTICLE_FLOWS  # the former name still imports
     assert all(issubclass(m, agp.inference.FlowMethod) for m in flow.PARTICLE_FLOWS)
 
     class Incomplete(agp.inference.FlowMethod):

@@ -46,17 +46,21 @@ from augmentedgp.inference import (
 from augmentedgp.inference.flow import VariationalGaussian
 from augmentedgp.kernels import means
 from augmentedgp.models import (
+    DTC,
     EP,
+    FITC,
     GP,
     MCGP,
     SGPR,
     SVGP,
     VGP,
+    CollapsedSparseGP,
     Exact,
     Laplace,
     MCPosterior,
     SitePosterior,
     SparsePosterior,
+    TaylorSGPR,
     inducing,
 )
 from augmentedgp.persistence import load, save
@@ -78,9 +82,9 @@ def __getattr__(name):
 
 
 __all__ = [
-    "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
-    "Collapsed", "CollapsedVI", "Plan", "QuadratureVI", "QuadratureSVI", "AnalyticVI",
-    "AnalyticSVI", "GibbsSampling",
+    "GP", "SGPR", "DTC", "FITC", "TaylorSGPR", "CollapsedSparseGP", "SVGP", "VGP", "MCGP",
+    "fit", "sample", "Exact", "Laplace", "EP", "Collapsed", "CollapsedVI", "Plan",
+    "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load",
     "core", "kernels", "means", "augmentation", "likelihoods", "variational", "models",

@@ -679,7 +679,6 @@ class SVGD(FlowMethod):
 
 #: The flow methods this module implements (the concrete :class:`FlowMethod` subclasses).
 PARTICLE_FLOWS = (ParticleFlow, GaussianFlow, ADVI, SVGD)
-METHODS = PARTICLE_FLOWS  # the former name, kept for callers that import it
 
 
 # --- the loop ---------------------------------------------------------------------------
@@ -800,4 +799,4 @@ def fit_gaussian_target(target: Target | Callable[[PyTree], Float[Array, ""]],
 
 __all__ = ["ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "Target", "LogDensity",
            "VariationalGaussian", "fit_gaussian", "fit_gaussian_target", "FlowMethod",
-           "PARTICLE_FLOWS", "METHODS"]
+           "PARTICLE_FLOWS"]

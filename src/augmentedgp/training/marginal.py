@@ -17,7 +17,7 @@ from augmentedgp.inference.collapsed import Collapsed, CollapsedVI
 from augmentedgp.models.approximations import EP, Exact, Laplace
 from augmentedgp.models.gp import GP
 from augmentedgp.models.sites import SitePosterior
-from augmentedgp.models.sparse import SGPR, SparsePosterior
+from augmentedgp.models.sparse import CollapsedSparseGP, SparsePosterior
 from augmentedgp.training.dispatch import FitSettings, register, register_default
 from augmentedgp.variational.families import QPosterior
 
@@ -83,17 +83,17 @@ for _approximation in (Exact, Laplace, EP):
     register(GP, _approximation)(fit_gp)
 
 
-@register_default(SGPR)
-def _collapsed_default(model: SGPR):
+@register_default(CollapsedSparseGP)
+def _collapsed_default(model: CollapsedSparseGP):
     return CollapsedVI() if model.has_aux else Collapsed()
 
 
-@register(SGPR, Collapsed)
-def fit_sgpr(model: SGPR, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
-             inference: Collapsed, s: FitSettings) -> SparsePosterior:
-    """A collapsed sparse model with a Gaussian likelihood by type-II maximum likelihood of
-    its bound (or DTC / FITC likelihood); q(u) is the optimum at the fitted
-    hyperparameters."""
+@register(CollapsedSparseGP, Collapsed)
+def fit_collapsed_model(model: CollapsedSparseGP, X: Float[ArrayLike, "n d"],
+                        y: Shaped[ArrayLike, " n"], inference: Collapsed,
+                        s: FitSettings) -> SparsePosterior:
+    """SGPR, DTC or FITC with a Gaussian likelihood by type-II maximum likelihood of its
+    bound (or DTC / FITC likelihood); q(u) is the optimum at the fitted hyperparameters."""
     s.reject(*_ITERATIVE_ONLY, why="are for the iterative SVGP / VGP fits")
     inference.check(model)
     Xa, ya = model.validate_data(X, y)
@@ -122,4 +122,4 @@ def perturb(model, key: PRNGKeyArray, scale: float = 1.0):
     return jax.tree_util.tree_map(move, model, is_leaf=skip)
 
 
-__all__ = ["fit_gp", "fit_sgpr", "perturb"]
+__all__ = ["fit_collapsed_model", "fit_gp", "perturb"]

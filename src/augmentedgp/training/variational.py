@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float, Shaped
 
 from augmentedgp.core.loop import optax_optimizer, pad_rows, run_steps
-from augmentedgp.inference.flow import METHODS as FLOWS
+from augmentedgp.inference.flow import FlowMethod
 from augmentedgp.inference.flow_gp import fit_flow
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference, stages, warn_if_loose
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
@@ -98,8 +98,7 @@ def fit_particles(model: SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, 
                     chunk_size=s.chunk_size, window=s.window)
 
 
-for _flow in FLOWS:
-    register(SVGP, _flow)(fit_particles)
+register(SVGP, FlowMethod)(fit_particles)
 
 
 __all__ = ["fit_particles", "fit_variational"]
