@@ -35,7 +35,7 @@ except ImportError as err:
 from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik
 from augmentedgp.core.params import fixed, positive
-from augmentedgp.core.quadrature import hermite_nodes
+from augmentedgp.core.quadrature import gauss_legendre, hermite_nodes
 from augmentedgp.core.validation import check_finite, check_int, check_vector, check_y
 from augmentedgp.datasets import Standardizer
 from augmentedgp.inference.plan import Plan
@@ -321,14 +321,14 @@ class _Regressor(RegressorMixin, _GPEstimator):
             return scipy.stats.norm.ppf(level, mean, np.sqrt(var + noise.var()))
         x, w = hermite_nodes(_GH)
         f = mean[:, None] + sd[:, None] * x  # E_{N(m, v)}[g(f)] = sum_k w_k g(m + sd x_k)
-        u, wu = np.polynomial.legendre.leggauss(_GL)
-        e = noise.ppf(0.5 * (u + 1.0))  # E[g(e)] = int_0^1 g(F^-1(p)) dp, Gauss-Legendre
+        p, wp = gauss_legendre(_GL, 0.0, 1.0)
+        e = noise.ppf(p)  # E[g(e)] = int_0^1 g(F^-1(p)) dp, Gauss-Legendre
         wide_noise = (noise.ppf(0.75) - noise.ppf(0.25)) / 1.349 >= sd  # robust scales
         z = lambda t: (t[:, None] - e - mean[:, None]) / np.where(wide_noise, 1.0, sd)[:, None]
 
         def cdf(t):
             return np.where(wide_noise, np.sum(w * noise.cdf(t[:, None] - f), axis=1),
-                            0.5 * np.sum(wu * scipy.stats.norm.cdf(z(t)), axis=1))
+                            np.sum(wp * scipy.stats.norm.cdf(z(t)), axis=1))
 
         # every node's own quantile brackets the mixture's
         lo, hi = f.min(1) + noise.ppf(level), f.max(1) + noise.ppf(level)
