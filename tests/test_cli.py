@@ -198,9 +198,6 @@ def test_evaluate_prints_metrics_and_saves_a_calibration_plot(files):
     assert result.exit_code == 0 and "NLPD" in result.stdout
     assert "(held-out file; 40 rows)" in " ".join(result.stdout.split())
     assert sorted(files.iterdir()) == before  # no plot unless --plot is given
-    result = invoke("evaluate", files / "reg", files / "yacht_test.parquet", "--plot",
-                    files / "x.png", "--no-plot")  # the old flag: still accepted, and wins
-    assert result.exit_code == 0 and sorted(files.iterdir()) == before
 
 
 def _write(path, text):

@@ -740,7 +740,7 @@ def cli_call(case):
         runs = [["fit", str(train), "--target", case["target"], "--out", str(work / "m"),
                  "--likelihood", case["likelihood"], "--quiet", *opts],
                 ["predict", str(work / "m"), str(test), "--level", case["level"]],
-                ["evaluate", str(work / "m"), str(test), "--no-plot", "--level", case["level"]]]
+                ["evaluate", str(work / "m"), str(test), "--level", case["level"]]]
         outputs = []
         for args in runs:
             result = runner.invoke(app, args)

@@ -108,7 +108,7 @@ def test_one_huge_target():
 
 @pytest.mark.parametrize("lo, hi, match", [
     (-1.5e308, 1.5e308, "y spans more than the float64 range"),
-    (5e-324, 1e-323, "below the smallest normal float64"),  # subnormal spread
+    (5e-324, 1e-323, "less than its smallest normal number"),  # subnormal spread
 ])
 def test_unrepresentable_target_range(lo, hi, match):
     y = np.where(np.arange(N) % 2 == 0, lo, hi)

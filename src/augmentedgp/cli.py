@@ -415,31 +415,26 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 def demo(seed: int = typer.Option(0, help="seed of the train/test split"),
          plot: Path = typer.Option(None, help="save the augmented classifier's reliability "
                                               "diagram and ELBO trace to this PNG file "
-                                              "(default: no figure)"),
-         no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
-                                      help="no figure even with --plot (once the default; "
-                                           "kept for scripts)")
+                                              "(default: no figure)")
         ) -> None:
     """Fit the built-in examples and print test metrics (and, with --plot FILE, save a
     figure: calibration and ELBO trace of the augmented classifier). Writes no file
     unless --plot is given."""
 
-    figure = None if no_plot else plot
-
     def body():
-        _check_plot(figure)
+        _check_plot(plot)
         artefacts = {}
         for run in (_regression_demo, _classification_demo, _augmented_demo, _gibbs_demo,
                     _flow_demo):
             title, data, method, metrics, extra = run(seed)
             artefacts.update(extra)
             _print_metrics(f"{title}\n{data}", metrics, method)
-        if figure is None:
+        if plot is None:
             console.print("no figure written: add --plot FILE.png to save the augmented "
                           "classifier's reliability diagram and ELBO trace")
         else:
-            _demo_figure(artefacts, figure)
-            console.print(f"figure saved to {figure.resolve()}", soft_wrap=True)
+            _demo_figure(artefacts, plot)
+            console.print(f"figure saved to {plot.resolve()}", soft_wrap=True)
 
     _run(body)
 
@@ -653,9 +648,6 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
                  "else 0)"),
              plot: Path = typer.Option(None, help="save a calibration plot to this PNG file "
                                                   "(default: no plot)"),
-             no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
-                                          help="no plot even with --plot (once the default; "
-                                               "kept for scripts)"),
              level: float = typer.Option(0.95, help="coverage of the predictive intervals")
             ) -> None:
     """Held-out metrics (and, with --plot FILE, a calibration plot: reliability diagram for
@@ -663,12 +655,10 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
     it scores the rows `fit --test-size` held out, and warns when there are none."""
     from augmentedgp.sklearn import GPClassifier
 
-    figure = None if no_plot else plot
-
     def body():
         if not 0.0 < level < 1.0:
             raise InputError(f"--level must lie strictly inside (0, 1), got {level}")
-        _check_plot(figure)
+        _check_plot(plot)
         est = _load_estimator(model_dir)
         frame = tables.read_table(data)
         name = target or getattr(est, "target_name_", None)
@@ -689,7 +679,7 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
         _print_metrics(f"{type(est).__name__} on {data.name}\n({rows}; {len(y)} rows)"
                        if split is None else f"{type(est).__name__} on {data.name}\n({rows})",
                        evaluation_metrics(est, X, y, level))
-        if figure is not None:
+        if plot is not None:
             import matplotlib.pyplot as plt
 
             from augmentedgp import plotting
@@ -700,9 +690,9 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
                 ax = plotting.calibration(codes, proba[:, 1] if proba.shape[1] == 2 else proba)
             else:
                 ax = plotting.interval_calibration(est, X, y)
-            ax.figure.savefig(figure, dpi=120)
+            ax.figure.savefig(plot, dpi=120)
             plt.close(ax.figure)
-            console.print(f"calibration plot saved to {figure.resolve()}", soft_wrap=True)
+            console.print(f"calibration plot saved to {plot.resolve()}", soft_wrap=True)
 
     _run(body)
 

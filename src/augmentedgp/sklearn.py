@@ -15,7 +15,6 @@ import dataclasses
 import numbers
 import re
 import warnings
-from typing import NamedTuple
 
 import equinox as eqx
 import numpy as np
@@ -72,46 +71,6 @@ def _check_finite_output(values, what):
         raise ValueError(f"the {what} are not finite in float64: the targets' scale is too "
                          "close to the float range (rescale y)")
     return values
-
-
-class _TargetScaling(NamedTuple):
-    """y = shift + scale * z: the standardised targets z (mean 0, sd 1; all 0 for a
-    constant y) and the affine map back to y."""
-
-    z: np.ndarray
-    shift: float
-    scale: float
-
-
-def _standardise_targets(y) -> _TargetScaling:
-    """Standardise y without overflow or underflow: the moments are those of u = y / 2^k,
-    2^k the power of two just above max|y| (|u| < 1, so no square overflows, and nothing
-    underflows for y ~ 1e-300); shift = 2^k mean(u), scale = 2^k sd(u). Scaling by a power
-    of two is exact: for y whose squares are normal floats this is numpy's mean and sd of y
-    to the last bit. A constant y has scale max|y| (1 for y = 0): it sets no scale of its
-    own. Raises ValueError if the spread of y (max - min) or its sd is not a normal
-    float64."""
-    y = np.asarray(y, dtype=float)
-    a = float(np.max(np.abs(y)))
-    if a == 0.0:
-        return _TargetScaling(np.zeros_like(y), 0.0, 1.0)
-    if np.all(y == y[0]):  # constant
-        return _TargetScaling(np.zeros_like(y), float(y[0]), a)
-    k = int(np.frexp(a)[1])
-    u = np.ldexp(y, -k)
-    m, s = float(np.mean(u)), float(np.std(u))
-    with np.errstate(over="ignore"):
-        spread = float(np.ldexp(np.max(u) - np.min(u), k))
-    if not np.isfinite(spread):
-        raise ValueError(f"y spans more than the float64 range (min {y.min():.3g}, max "
-                         f"{y.max():.3g}): rescale y")
-    scale = float(np.ldexp(s, k))
-    if not scale >= np.finfo(float).tiny:
-        raise ValueError(f"y's standard deviation ({scale:.3g}) is below the smallest normal "
-                         "float64: rescale y")
-    return _TargetScaling((u - m) / s, float(np.ldexp(m, k)), scale)
-
-
 
 
 def _store_params(estimator, params):
@@ -265,7 +224,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
         """(shift, scale) with y = shift + scale * (the target the model was fitted on)."""
         return getattr(self, "_y_shift", 0.0), getattr(self, "_y_scale_", 1.0)
 
-    def predict(self, X, return_std: bool = False):
+    def predict(self, X, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predictive mean of y at X; with ``return_std`` also its standard deviation."""
         ey, vy = self._latent(X, "y")
         shift, scale = self.target_scale_
@@ -277,12 +236,12 @@ class _Regressor(RegressorMixin, _GPEstimator):
                                             "predictive standard deviations")
         return ey
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None) -> float:
         """R^2 of ``predict(X)`` against y (scikit-learn's RegressorMixin.score)."""
         X, y, sample_weight = self._score_data(X, y, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
 
-    def log_predictive_density(self, X, y):
+    def log_predictive_density(self, X, y) -> np.ndarray:
         """log p(y_i | training data) at each row of X, integrated over q(f) (the mean of
         its negative is the NLPD)."""
         mean, var = self._latent(X)
@@ -292,7 +251,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
         yy = lik.check_targets(y / scale - shift / scale)  # no overflow of y - shift
         return np.asarray(_predictive_log_prob(lik, yy, mean, var)) - np.log(scale)
 
-    def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)):
+    def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)) -> np.ndarray:
         """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)).
         Gaussian noise: closed form. Other noise: the predictive CDF P(f + e <= t) is
         integrated over whichever of q(f) and the noise is the wider (Gauss-Hermite over f,
@@ -306,7 +265,7 @@ class _Regressor(RegressorMixin, _GPEstimator):
         shift, scale = self.target_scale_
         return _check_finite_output(out * scale + shift, "predictive quantiles")
 
-    def predict_interval(self, X, level: float = 0.95):
+    def predict_interval(self, X, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """Central predictive interval of y at X with coverage ``level``: (lower, upper)."""
         if (not isinstance(level, numbers.Real) or isinstance(level, bool | np.bool_)
                 or not 0.0 < level < 1.0):
@@ -389,7 +348,7 @@ class GPRegressor(_Regressor):
                  normalize_y=True, max_iter=None, random_state=None, verbose=False):
         _store_params(self, locals())
 
-    def fit(self, X, y):
+    def fit(self, X, y) -> GPRegressor:
         """Fit to inputs X (n, d) and real targets y (n,)."""
         name = _choice(self.likelihood, self._likelihoods, "likelihood")
         if name == "student_t" and not (
@@ -398,7 +357,11 @@ class GPRegressor(_Regressor):
             raise ValueError(f"df must be finite and > 0 (a real number), got {self.df!r}")
         X, y = self._fit_data(X, y, numeric=True)
         if self.normalize_y:  # overflow-safe: y ~ 1e300 and y ~ 1e-300 alike
-            z, self._y_shift, self._y_scale_ = _standardise_targets(y)
+            scaler = Standardizer(y, "y")
+            z, self._y_shift, self._y_scale_ = (scaler.transform(y), float(scaler.mean),
+                                                float(scaler.scale))
+            if not np.any(z):  # a constant y sets no scale of its own: its magnitude
+                self._y_scale_ = float(np.max(np.abs(y))) or 1.0
         else:
             z, self._y_shift, self._y_scale_ = y, 0.0, 1.0
         return self._fit_latent(X, z, self._likelihoods[name](self), frozen=not np.any(z))
@@ -433,7 +396,7 @@ class GPCountRegressor(_Regressor):
                  max_iter=None, random_state=None, verbose=False):
         _store_params(self, locals())
 
-    def fit(self, X, y):
+    def fit(self, X, y) -> GPCountRegressor:
         """Fit to inputs X (n, d) and non-negative counts y (n,)."""
         name = _choice(self.likelihood, self._likelihoods, "likelihood")
         X, y = self._fit_data(X, y, numeric=True)
@@ -442,7 +405,7 @@ class GPCountRegressor(_Regressor):
                              f"minimum {y.min()}")
         return self._fit_latent(X, y, self._likelihoods[name](self))
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None) -> float:
         """D^2: the fraction of Poisson deviance explained (1 is perfect)."""
         X, y, sample_weight = self._score_data(X, y, sample_weight)
         if np.any(y < 0):
@@ -504,7 +467,7 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                "robustmax": _lik.RobustMax}[name]
         return cls(n_classes)
 
-    def fit(self, X, y):
+    def fit(self, X, y) -> GPClassifier:
         """Fit to inputs X (n, d) and class labels y (n,) of any type."""
         X, y = self._fit_data(X, y, numeric=False)
         _named("y", check_classification_targets, y)
@@ -516,22 +479,22 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
                                                 else np.int64),
                                 self._make_likelihood(len(self.classes_)))
 
-    def predict_proba(self, X):
+    def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, (n, n_classes), columns in the order of ``classes_``."""
         p = self._latent(X, "proba")
         if p.ndim == 1:
             p = np.stack([1.0 - p, p], axis=1)
         return p / p.sum(axis=1, keepdims=True)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X) -> np.ndarray:
         return np.log(self.predict_proba(X))
 
-    def predict(self, X):
+    def predict(self, X) -> np.ndarray:
         """The most probable class of each row of X."""
         check_is_fitted(self, "posterior_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None) -> float:
         """Accuracy of ``predict(X)`` against the labels y (scikit-learn's
         ClassifierMixin.score)."""
         X, y, sample_weight = self._score_data(X, y, sample_weight)

@@ -109,13 +109,6 @@ def check_y(y: npt.ArrayLike, n: int, name: str = "y") -> Float[np.ndarray, " n"
     return check_finite(check_vector(y, n, name), name)
 
 
-def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike
-             ) -> tuple[Float[np.ndarray, "n d"], Float[np.ndarray, " n"]]:
-    """Validated inputs (n, d) and targets (n,) (raises ValueError)."""
-    X = check_X(X)
-    return X, check_y(y, X.shape[0])
-
-
 def check_counts(y: npt.ArrayLike, name: str = "y", integer: bool = True
                  ) -> Float[np.ndarray, " ..."]:
     """Non-negative integer counts (any non-negative values if not ``integer``), as floats

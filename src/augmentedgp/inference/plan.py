@@ -24,6 +24,7 @@ from typing import Literal, NamedTuple
 import equinox as eqx
 import jax
 import numpy as np
+from jaxtyping import PRNGKeyArray
 
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core.params import fixed, is_parameter
@@ -182,7 +183,8 @@ class Plan(eqx.Module):
         return Choice(sparse, M, inference, iters, max_iter is None, tol, window, finish,
                       finishing)
 
-    def model(self, spec: GP | VGP, X: np.ndarray, key, choice: Choice):
+    def model(self, spec: GP | VGP, X: np.ndarray, key: PRNGKeyArray, choice: Choice
+              ) -> GP | SGPR | SVGP:
         """The model ``choice`` describes, with the prior and likelihood of ``spec``: GP or
         SGPR (Gaussian likelihood), VGP or SVGP (k-means inducing inputs of X, or its
         unique rows when there are at most M)."""

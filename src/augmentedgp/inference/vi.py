@@ -31,7 +31,7 @@ class VariationalInference(eqx.Module):
     batch_size: int | None = eqx.field(static=True, default=None)
     psd_sites = False  # True where every site precision gamma is >= 0 by construction
 
-    def check(self, model):
+    def check(self, model: SVGP) -> None:
         if not isinstance(model, SVGP):
             raise ValueError(f"{type(self).__name__} is for SVGP and VGP models, got "
                              f"{type(model).__name__}")
@@ -163,7 +163,7 @@ class AnalyticVI(VariationalInference):
         self.objective = objective
         self.n_points = check_int(n_points, "n_points", allow_none=True)
 
-    def check(self, model):
+    def check(self, model: SVGP) -> None:
         super().check(model)
         if not isinstance(model.likelihood, Augmented):
             names = ", ".join(c.__name__ for c in augmentable())
@@ -259,7 +259,7 @@ class AnalyticSVI(AnalyticVI):
     Robbins-Monro (t + 1)^-0.51 (``schedules.RobbinsMonro()``) shrinks too fast for the
     counts and the Laplace likelihood: within the X-GPC benchmark's budgets the constant step
     brought 11 of its 12 problems within 0.5% of QuadratureSVI's test NLL, against 9 with
-    Robbins-Monro (benchmarks/RESULTS.md, issue 22 notes, section 7)."""
+    Robbins-Monro (benchmarks/RESULTS.md, "XGPC: augmented SVI vs GPflow / GPyTorch")."""
 
     def __init__(self, batch_size: int, step_size=0.1, *, objective: str = "augmented",
                  n_points: int | None = None):

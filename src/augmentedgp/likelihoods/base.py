@@ -13,6 +13,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
 from augmentedgp.core.validation import check_finite, check_y
@@ -60,40 +61,46 @@ class Likelihood(eqx.Module):
         return 1
 
     @abc.abstractmethod
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                 ) -> Float[Array, "*batch"]:
         """log p(y | f), elementwise."""
 
     @abc.abstractmethod
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         """E[y | f]."""
 
     @abc.abstractmethod
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         """Var[y | f]."""
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, " n"], f: Float[Array, " n"]
+                      ) -> Float[Array, " n"]:
         """d/df log p(y|f), elementwise."""
         return jax.vmap(jax.grad(self.log_prob, argnums=1))(y, f)
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, " n"], f: Float[Array, " n"]
+                      ) -> Float[Array, " n"]:
         """d^2/df^2 log p(y|f), elementwise (the negative of W in Laplace)."""
         return jax.vmap(jax.grad(lambda yi, fi: self.grad_log_prob(yi[None], fi[None])[0], 1))(y, f)
 
-    def check_targets(self, y, name: str = "y"):
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         """Validated targets in the internal encoding (raises ValueError); by default
         finite real numbers."""
         return check_finite(y, name)
 
-    def targets(self, y, n: int, name: str = "y"):
+    def targets(self, y: ArrayLike, n: int, name: str = "y") -> Shaped[ArrayLike, " n"]:
         """``check_targets`` of a numeric vector of n targets (an (n, 1) column is accepted)."""
         return self.check_targets(check_y(y, n, name), name)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n *C"],
+                            var: Float[Array, " n *C"]) -> Float[Array, " n"]:
         """log int p(y|f) N(f | mean, var) df, elementwise (100-point Gauss-Hermite in log
         space: ~1e-12 relative for a likelihood as narrow as a third of the latent sd)."""
         return log_gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var)
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n *C"],
+                                 var: Float[Array, " n *C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """E_{N(f | mean, var)}[log p(y | f)], elementwise: the data term of the ELBO
         ([Hensman2015]). Gauss-Hermite with ``n`` nodes (None: the likelihood's default,
         20 here) unless a closed form exists; ``key`` seeds the likelihoods that use Monte
@@ -101,7 +108,8 @@ class Likelihood(eqx.Module):
         n = 20 if n is None else n
         return gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var, n)
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, " n"], var: Float[Array, " n"], n: int | None = None
+                  ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """Mean and variance of y when f ~ N(mean, var) (law of total variance,
         Gauss-Hermite with ``n`` nodes, None: 32; closed forms ignore ``n``)."""
         n = 32 if n is None else n
@@ -121,12 +129,12 @@ class MultiLatent(Likelihood):
     def num_latent(self) -> int:
         """The number C of latent functions."""
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, " n"], f: Float[Array, " n C"]) -> Array:
         """Not available: raises TypeError (several latent functions)."""
         raise TypeError(f"{type(self).__name__} has several latent functions: use SVGP or "
                         "VGP, not the Laplace or EP approximations")
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, " n"], f: Float[Array, " n C"]) -> Array:
         """Not available: raises TypeError (several latent functions)."""
         return self.grad_log_prob(y, f)
 

@@ -5,6 +5,7 @@ L-BFGS (or an optax optimizer), with optional random restarts; then conditioning
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from augmentedgp.variational.families import QPosterior
 
 MAX_ITER, LEARNING_RATE, TOL = 1000, 0.05, 1e-9  # defaults of the settings left at None
 _ITERATIVE_ONLY = ("validation_data", "hyper_every")
+M = TypeVar("M")
 
 
 def _gp_objective(model, inference, X, y):
@@ -101,7 +103,7 @@ def fit_collapsed_model(model: CollapsedSparseGP, X: Float[ArrayLike, "n d"],
     return SparsePosterior(best.to_svgp(Xa, ya), Xa, ya, hist)
 
 
-def perturb(model, key: PRNGKeyArray, scale: float = 1.0):
+def perturb(model: M, key: PRNGKeyArray, scale: float = 1.0) -> M:
     """A random restart point: positive parameters times exp(N(0, scale^2)), real ones plus
     N(0, scale^2). Fixed parameters and the variational posterior q(u) (whose natural
     parameters have constraints of their own) are left alone."""

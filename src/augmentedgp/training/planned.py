@@ -15,6 +15,7 @@ from augmentedgp.core.loop import History
 from augmentedgp.core.validation import check_X
 from augmentedgp.inference.plan import FINISH_TOL, Plan
 from augmentedgp.models.gp import GP
+from augmentedgp.models.sites import SitePosterior
 from augmentedgp.models.sparse import VGP, SparsePosterior
 from augmentedgp.training.dispatch import FitSettings, register, train
 
@@ -51,7 +52,7 @@ def _joined(first: History, second: History, budget: bool) -> History:
 
 
 def fit_planned(spec: GP | VGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
-                plan: Plan, s: FitSettings):
+                plan: Plan, s: FitSettings) -> SitePosterior | SparsePosterior:
     """Train the model ``plan`` chooses for (X, y) from ``spec``'s prior and likelihood."""
     s.reject("optimizer", "learning_rate", "tol", "n_restarts", "validation_data",
              "patience", "chunk_size", "window", "hyper_every",
