@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import ndtri
-from scipy.special import comb
 
 __all__ = ["check_phi", "log_mixing_density", "sample", "tilted_cdf"]
 
@@ -53,13 +52,15 @@ def _euler_weights():
     """Weights of the terms a_0..a_{n+m} of the Euler sum: sum_j binom(m, j) 2^-m s_{n+j}
     with s_j = sum_{k <= j} a_k, i.e. P(Binomial(m, 1/2) >= k - n) for term k."""
     k = np.arange(_N + _M + 1)
-    tail = np.array([comb(_M, np.arange(j, _M + 1)).sum() for j in range(_M + 1)]) / 2.0**_M
+    tail = np.array([sum(math.comb(_M, i) for i in range(j, _M + 1))
+                     for j in range(_M + 1)]) / 2.0**_M
     w = np.where(k <= _N, 1.0, tail[np.clip(k - _N, 0, _M)])
     w[0] *= 0.5  # the trapezoid's half weight on the real point
     signs = np.where(k % 2 == 0, 1.0, -1.0)
-    return jnp.asarray(w * signs), jnp.asarray(math.pi * k)
+    return w * signs, math.pi * k
 
 
+# numpy constants: a JAX array here would start JAX's backend and compile at import
 _WEIGHTS, _IM = _euler_weights()
 
 
