@@ -4,7 +4,7 @@ augmented bound and quadrature VI, on the same data.
 Logistic classification on a9a, ijcnn1, electricity and bank (``--n-train`` random training
 rows, M fixed k-means inducing inputs, an RBF kernel fitted by each method):
 
-- ``taylor``: ``SGPR(method="taylor")`` by ``agp.fit`` (rounds of xi = E_q[f] and L-BFGS on
+- ``taylor``: ``TaylorSGPR`` by ``agp.fit`` (rounds of xi = E_q[f] and L-BFGS on
   the Taylor objective -- an approximation of log p(y), not a bound);
 - ``augmented``: ``SGPR`` with the Polya-Gamma augmented (Jaakkola-Jordan) bound collapsed,
   by ``agp.fit`` (rounds of closed-form q(w) and L-BFGS);
@@ -41,8 +41,8 @@ def model(name, Z, d):
     Zp = fixed(real(Z))
     if name == "QuadratureVI":
         return agp.SVGP(kernel, agp.likelihoods.Logistic(), Zp)
-    return agp.SGPR(kernel, Zp, likelihood=agp.likelihoods.Logistic(),
-                    method="taylor" if name == "taylor" else "vfe")
+    cls = agp.TaylorSGPR if name == "taylor" else agp.SGPR
+    return cls(kernel, Zp, likelihood=agp.likelihoods.Logistic())
 
 
 def run(name, data, Z, args):
@@ -100,8 +100,8 @@ def main():
             "log p(y) for all three)."]
     intro = [f"Logistic classification, {args.n_train} random training rows and {args.n_test} "
              f"test rows per data set, M = {args.M} fixed k-means inducing inputs, RBF kernel "
-             "(lengthscale sqrt(d), variance 1 at the start). agp.fit defaults for the two "
-             f"SGPR methods; QuadratureVI full batch, Adam 0.05, at most {args.max_iter} "
+             "(lengthscale sqrt(d), variance 1 at the start). agp.fit defaults for TaylorSGPR "
+             f"and SGPR; QuadratureVI full batch, Adam 0.05, at most {args.max_iter} "
              "iterations, tol 1e-7."]
     H.finish(args, H.report("Second-order Taylor approximation vs the collapsed augmented "
                             "bound and quadrature VI", intro, body), raw)

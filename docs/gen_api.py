@@ -124,6 +124,8 @@ def class_members(cls):
                 kind, obj = "method", member.__func__
             elif inspect.isfunction(member):
                 kind, obj = "method", member
+            elif inspect.isfunction(getattr(member, "__wrapped__", None)):
+                kind, obj = "method", member.__wrapped__  # compiled: eqx.filter_jit
             else:
                 continue
             seen.add(name)

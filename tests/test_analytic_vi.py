@@ -1056,7 +1056,9 @@ def test_robust_regressor_default_fits_the_elbo_optimum(name, monkeypatch):
     than inference="quadrature" by more than 0.03. Measured (tight / augmented /
     quadrature): Student-t 0.7230 / 0.7665 / 0.7207, Laplace 0.8388 / 0.8727 / 0.8202,
     negative binomial 4.9245 / 5.8268 / 5.0278."""
+    import augmentedgp.inference.plan as agp_plan
     import augmentedgp.sklearn as agp_sklearn
+    import augmentedgp.training.planned as agp_planned
 
     if name != "StudentT" and not FULL:
         pytest.skip("reduced run (AGP_FULL_SLOW=1 adds the Laplace likelihood and bike)")
@@ -1076,13 +1078,14 @@ def test_robust_regressor_default_fits_the_elbo_optimum(name, monkeypatch):
         return -float(np.mean(est.log_predictive_density(Xte, yte))), est
 
     inferences = []  # what the estimator fits with
-    fit = agp_sklearn._fit
-    monkeypatch.setattr(agp_sklearn, "_fit",
-                        lambda *a, **kw: inferences.append(a[3]) or fit(*a, **kw))
+    train = agp_planned.train
+    monkeypatch.setattr(agp_planned, "train",
+                        lambda *a, **kw: inferences.append(a[3]) or train(*a, **kw))
     default, est = nll()
     assert [i.objective for i in inferences] == ["tight"]
     quadrature, _ = nll(inference="quadrature")
-    monkeypatch.setattr(agp_sklearn, "_objective", lambda likelihood, minibatch: "augmented")
+    monkeypatch.setattr(agp_plan, "augmented_objective",
+                        lambda likelihood, minibatch: "augmented")
     augmented, _ = nll()
     assert default < augmented - 0.02, (default, augmented)
     assert default < quadrature + 0.03, (default, quadrature)

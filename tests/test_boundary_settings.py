@@ -35,7 +35,7 @@ MODELS = {
 
 # (setting, bad value, exception type, regex naming the argument)
 FIT_CASES = [
-    ("max_iter", None, ValueError, "max_iter"),
+    ("max_iter", float("nan"), ValueError, "max_iter"),
     ("max_iter", "5", ValueError, "max_iter"),
     ("max_iter", [3], ValueError, "max_iter"),
     ("max_iter", 2.5, ValueError, "max_iter"),
@@ -76,9 +76,10 @@ def test_fit_rejects_bad_settings_for_every_model(name, setting, value, error, p
 
 
 @pytest.mark.parametrize("optimizer", [None, "adam"])
-@pytest.mark.parametrize("value", [None, "5", [3], 2.5])
+@pytest.mark.parametrize("value", [float("nan"), "5", [3], 2.5])
 def test_fit_max_iter_is_checked_before_any_path(optimizer, value):
-    """The issue's reports: '<' not supported (L-BFGS) and can't multiply sequence (Adam)."""
+    """max_iter is checked before any training runs: neither '<' not supported (L-BFGS) nor
+    can't multiply sequence (Adam); None is each training's own default."""
     for model in (agp.GP(K.RBF(), noise=0.1), agp.SGPR(K.RBF(), Z, noise=0.1)):
         with pytest.raises(ValueError, match=r"max_iter must be an integer"):
             agp.fit(model, X, Y, max_iter=value, optimizer=optimizer)

@@ -213,7 +213,7 @@ def test_bad_use_raises_value_error():
     with pytest.raises(ValueError, match="SVGP"):
         agp.SGPR(kern(), ZGRID, likelihood=LIK.Probit())  # not augmentable
     with pytest.raises(ValueError, match="SVGP"):
-        agp.SGPR(kern(), ZGRID, likelihood=LIK.Logistic(), method="fitc")
+        agp.FITC(kern(), ZGRID, likelihood=LIK.Logistic())
     with pytest.raises(ValueError, match="SVGP"):
         agp.SGPR(kern(), ZGRID, likelihood=LIK.LogisticSoftmax(3))  # several latents
     model = agp.SGPR(kern(), ZGRID, likelihood=LIK.Logistic())
@@ -228,4 +228,4 @@ def test_bad_use_raises_value_error():
     with pytest.raises(ValueError):
         fit_collapsed(model, X, y, sweeps=-1)
     with pytest.raises(ValueError):
-        fit_collapsed(agp.SGPR(kern(), ZGRID, noise=0.1, method="dtc"), X, y)
+        fit_collapsed(agp.DTC(kern(), ZGRID, noise=0.1), X, y)

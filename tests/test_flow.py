@@ -991,3 +991,16 @@ def test_natural_mean_needs_full_rank():
                                                               learning_rate=0.1),
                          max_iter=CHUNK, chunk_size=CHUNK)
     np.testing.assert_allclose(q.mean, np.arange(1.0, 6.0), atol=1e-3)
+
+
+def test_flow_methods_share_the_public_base_and_its_abstract_hooks():
+    assert all(issubclass(m, agp.inference.FlowMethod) for m in flow.PARTICLE_FLOWS)
+
+    class Incomplete(agp.inference.FlowMethod):
+        def _init(self, key, x0, blocks):
+            return (x0,)
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()
+    with pytest.raises(TypeError, match="FlowMethod"):
+        agp.fit_gaussian(lambda x: -0.5 * x @ x, jnp.zeros(2), method="gpf")

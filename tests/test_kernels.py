@@ -518,3 +518,47 @@ def test_polynomial_integer_valued_float_degree_accepted():
     a, b = K.Polynomial(3.0, offset=0.5), K.Polynomial(3, offset=0.5)
     assert a.degree == 3 and isinstance(a.degree, int)
     np.testing.assert_array_equal(np.asarray(a(X, Z)), np.asarray(b(X, Z)))
+
+
+# --- the kernel hooks: one abstract method ----------------------------------------------
+
+
+def test_a_kernel_without_evaluate_fails_at_construction():
+    class NoHook(K.Kernel):
+        pass
+
+    with pytest.raises(TypeError, match="abstract.*evaluate"):
+        NoHook()
+
+
+def test_a_stationary_kernel_without_profile_fails_at_construction():
+    class NoProfile(K.Stationary):
+        pass
+
+    with pytest.raises(TypeError, match="abstract.*profile"):
+        NoProfile()
+
+
+def test_a_kernel_defining_evaluate_works_and_gets_its_diagonal():
+    class Scaled2(K.Kernel):
+        def evaluate(self, X, Z, symmetric):
+            return 2.0 * (X @ Z.T)
+
+    k = Scaled2()
+    X = jnp.arange(6.0).reshape(3, 2)
+    np.testing.assert_allclose(k(X), 2.0 * X @ X.T)
+    np.testing.assert_allclose(k(X, X[:2]), 2.0 * X @ X[:2].T)
+    np.testing.assert_allclose(k.diag(X), 2.0 * jnp.sum(X**2, -1))  # default evaluate_diag
+    assert k.diag(jnp.zeros((0, 2))).shape == (0,)
+    with pytest.raises(ValueError, match="columns"):
+        k(X, jnp.ones((2, 3)))  # the base class validates for it
+    np.testing.assert_allclose((k + K.Linear())(X), 3.0 * X @ X.T)
+
+
+@pytest.mark.parametrize("name", ["RBF", "Matern12", "Matern32", "Matern52",
+                                  "RationalQuadratic", "Periodic", "Linear", "Polynomial",
+                                  "Constant", "White"])
+def test_the_closed_form_diagonals_match_the_default(name):
+    k = getattr(K, name)()
+    X = jnp.linspace(-1.0, 2.0, 8).reshape(4, 2)
+    np.testing.assert_allclose(k.diag(X), K.Kernel.evaluate_diag(k, X), rtol=1e-12)

@@ -2,7 +2,9 @@
 as they did when saved (tests/data/legacy_v0_1, with the predictions made then): to
 rounding (rtol 1e-13), since a later change of the order of floating-point operations in the
 solves moves predictions by ulps (3.6e-15 after the vmap-safe triangular solves) without
-any change to the loaded model."""
+any change to the loaded model. Unfitted SGPR models saved with the `method` field of the
+versions before SGPR, DTC, FITC and TaylorSGPR were one class each load as their class
+(tests/data/legacy_sgpr_method)."""
 
 from pathlib import Path
 
@@ -38,3 +40,32 @@ def test_legacy_model_resaves_under_the_new_layout(tmp_path, reference):
     assert "augmentedgp.models.sparse:SparsePosterior" in manifest
     mean, _ = agp.load(tmp_path / "m").predict_f(reference["Xs"])
     np.testing.assert_allclose(np.asarray(mean), reference["svgp_logistic_mean"], rtol=1e-13)
+
+
+# --- SGPR with a method field: the models before the one-class-per-model split ------------
+# (tests/data/legacy_sgpr_method, written by its generate.py with SGPR's method argument)
+
+SPLIT = Path(__file__).parent / "data" / "legacy_sgpr_method"
+SPLIT_CLASSES = {"sgpr_vfe": agp.SGPR, "sgpr_dtc": agp.DTC, "sgpr_fitc": agp.FITC,
+                 "sgpr_taylor": agp.TaylorSGPR}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_CLASSES))
+def test_sgpr_saved_with_a_method_loads_as_its_class_and_predicts_identically(name, tmp_path):
+    ref = dict(np.load(SPLIT / "reference.npz"))
+    assert f'"method": "{name.removeprefix("sgpr_")}"' in (SPLIT / name / "manifest.json"
+                                                           ).read_text()
+    model = agp.load(SPLIT / name)
+    assert type(model) is SPLIT_CLASSES[name]
+    args = ((ref["X"], ref["yb"], agp.models.TaylorPoint(ref["xi"])) if name == "sgpr_taylor"
+            else (ref["X"], ref["y"]))
+    mean, var = model.to_svgp(*args).predict_f(ref["Xs"])
+    np.testing.assert_allclose(np.asarray(mean), ref[f"{name}_mean"], rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(var), ref[f"{name}_var"], rtol=1e-13)
+    np.testing.assert_allclose(model.objective(*args), ref[f"{name}_objective"], rtol=1e-13)
+    np.testing.assert_allclose(model.elbo(*args), ref[f"{name}_elbo"], rtol=1e-13)
+    agp.save(model, tmp_path / "m")  # saved again: the new class, no method field
+    manifest = (tmp_path / "m" / "manifest.json").read_text()
+    assert f"augmentedgp.models.sparse:{type(model).__name__}" in manifest
+    assert '"method"' not in manifest
+    assert type(agp.load(tmp_path / "m")) is SPLIT_CLASSES[name]

@@ -42,7 +42,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import augmentedgp as agp
-import augmentedgp.sklearn as agp_sklearn
+import augmentedgp.inference.plan as agp_plan
+import augmentedgp.training.planned as agp_planned
 from augmentedgp import likelihoods as lik
 from augmentedgp.core.loop import History
 from augmentedgp.inference import AnalyticSVI, AnalyticVI, QuadratureSVI, QuadratureVI
@@ -549,16 +550,24 @@ def fake_fit(monkeypatch):
     estimators' model choice, without training."""
     calls = []
 
-    def fake(model, X, y, inference, *, max_iter, key, verbose, **stopping):
-        calls.append(types.SimpleNamespace(model=model, inference=inference, max_iter=max_iter,
-                                           y=np.asarray(y), stopping=stopping))
-        history = History(np.zeros(3), np.arange(3.0), True, "converged",
+    def fake(model, X, y, inference, settings):
+        calls.append(types.SimpleNamespace(model=model, inference=inference,
+                                           max_iter=settings.max_iter, y=np.asarray(y),
+                                           stopping=_stopping(settings)))
+        history = History(np.zeros(3), np.arange(3.0), "converged", "converged",
                           step_size=np.ones(3))
-        return types.SimpleNamespace(model=model, history=history)
+        return types.SimpleNamespace(model=model, history=history, X=X, y=y)
 
-    monkeypatch.setattr(agp_sklearn, "_fit", fake)
+    monkeypatch.setattr(agp_planned, "train", fake)
     monkeypatch.setattr(agp.inducing, "kmeans", lambda X, M, key, **kw: np.asarray(X)[:M])
     return calls
+
+
+def _stopping(settings):
+    """The stopping rule's settings that a plan set (tol, window), as a dict."""
+    default = agp.training.FitSettings()
+    return {k: getattr(settings, k) for k in ("tol", "window")
+            if getattr(settings, k) != getattr(default, k)}
 
 
 def _fake_data(n, kind, d=1):
@@ -628,7 +637,7 @@ def test_model_choice(fake_fit, est, n, kind, model, M, inference, iters):
 ])
 def test_augmented_objective_by_likelihood_and_batches(fake_fit, est, kind, objective):
     """The augmented fits' hyperparameter objective, the one that predicted best at the
-    estimators' budgets (``sklearn._objective``; measurements in its docstring): the
+    estimators' budgets (``plan.augmented_objective``; measurements in docs/performance.md): the
     augmented bound for binary labels, the plain ELBO's optimum ("tight") for robust
     regression, negative-binomial counts and full-batch multi-class fits, the plain ELBO at
     the augmented q(u) ("exact") for multi-class minibatches."""
@@ -658,20 +667,20 @@ def test_defaults_by_size(fake_fit, est, n, kind, batch, iters, finish):
     when the epoch-averaged objective settles, then FINISH_ITER full-batch iterations from
     that solution (by the fit's last stage); an explicit batch_size (or None) or
     n_inducing=None is used as given."""
-    assert n == agp_sklearn.FULL_BATCH_MAX + 1 or n > agp_sklearn.FULL_BATCH_MAX
+    assert n == agp_plan.FULL_BATCH_MAX + 1 or n > agp_plan.FULL_BATCH_MAX
     X, y = _fake_data(n, kind)
     est = clone(est).fit(X, y)
     first = fake_fit[0]
     assert first.inference.batch_size == batch and first.max_iter == iters
-    if batch == agp_sklearn.AUTO_BATCH and finish is not None:
+    if batch == agp_plan.AUTO_BATCH and finish is not None:
         epoch = -(-n // batch)
-        assert first.stopping == {"tol": agp_sklearn.SVI_TOL, "window": max(epoch, 20)}
+        assert first.stopping == {"tol": agp_plan.SVI_TOL, "window": max(epoch, 20)}
         assert len(fake_fit) == 2
         second = fake_fit[1]
         assert type(second.inference) is finish and second.inference.batch_size is None
         if type(est) is GPRegressor:  # robust regression: the ELBO's optimum
             assert first.inference.objective == "tight"
-        assert second.max_iter == agp_sklearn.FINISH_ITER
+        assert second.max_iter == agp_plan.FINISH_ITER
         assert second.model is first.model  # starts from the minibatch solution
         assert est.n_iter_ == 6 and est.history_.converged  # both stages' iterations
         np.testing.assert_array_equal(est.history_.wall_time, [0, 1, 2, 2, 3, 4])
@@ -688,16 +697,16 @@ def test_auto_minibatch_convergence(monkeypatch, finish_objective, converged):
     full-batch iterations after it change the full objective by less than FINISH_TOL."""
     calls = []
 
-    def fake(model, X, y, inference, *, max_iter, key, verbose, **stopping):
+    def fake(model, X, y, inference, settings):
         calls.append(inference)
         obj = np.full(5, 1e3) if len(calls) == 1 else np.array(finish_objective)
-        return types.SimpleNamespace(model=model, history=History(
-            obj, np.arange(obj.size, dtype=float), False, "max_iter reached",
+        return types.SimpleNamespace(model=model, X=X, y=y, history=History(
+            obj, np.arange(obj.size, dtype=float), "max_iter", "max_iter reached",
             step_size=np.ones(obj.size)))
 
-    monkeypatch.setattr(agp_sklearn, "_fit", fake)
+    monkeypatch.setattr(agp_planned, "train", fake)
     monkeypatch.setattr(agp.inducing, "kmeans", lambda X, M, key, **kw: np.asarray(X)[:M])
-    X, y = _fake_data(agp_sklearn.FULL_BATCH_MAX + 1, "classes")
+    X, y = _fake_data(agp_plan.FULL_BATCH_MAX + 1, "classes")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est = GPClassifier().fit(X, y)
@@ -712,13 +721,13 @@ def test_auto_minibatch_path_trains(monkeypatch, clf_data, clf):
     """The default path above FULL_BATCH_MAX, run for real on a small problem (the size
     thresholds lowered): minibatches with Robbins-Monro steps, then full-batch CAVI steps
     (step 1); its predictions agree with the full-batch default's."""
-    monkeypatch.setattr(agp_sklearn, "FULL_BATCH_MAX", 40)
-    monkeypatch.setattr(agp_sklearn, "AUTO_BATCH", 20)
-    monkeypatch.setattr(agp_sklearn, "SVI_MIN_ITER", 300)
+    monkeypatch.setattr(agp_plan, "FULL_BATCH_MAX", 40)
+    monkeypatch.setattr(agp_plan, "AUTO_BATCH", 20)
+    monkeypatch.setattr(agp_plan, "SVI_MIN_ITER", 300)
     X, y = clf_data
     est = GPClassifier(n_inducing=20, random_state=0).fit(X, y)
     hist = est.history_
-    finish = agp_sklearn.FINISH_ITER
+    finish = agp_plan.FINISH_ITER
     assert type(est.posterior_.model) is agp.SVGP and est.n_iter_ == len(hist.objective)
     assert 40 < est.n_iter_ <= 300 + finish
     steps = hist.step_size

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-import augmentedgp.sklearn as agp_sklearn
+import augmentedgp.inference.plan as agp_plan
+import augmentedgp.training.planned as agp_planned
 from augmentedgp.core.loop import History
 from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
 
@@ -149,17 +150,19 @@ def test_default_budget_is_not_a_warning(monkeypatch, max_iter, warned):
     max_iter the user set, even the same number, warns (scikit-learn's convention)."""
     calls = []
 
-    def fake(model, X, y, inference, *, max_iter, key, verbose, **stopping):
+    def fake(model, X, y, inference, settings):
+        max_iter = settings.max_iter
         calls.append(max_iter)
         obj = 100.0 + 1.0 / np.arange(1.0, max_iter + 1)  # still decreasing
-        return types.SimpleNamespace(model=model, history=History(
-            obj, np.arange(float(max_iter)), False, "max_iter reached"))
+        return types.SimpleNamespace(model=model, X=X, y=y, history=History(
+            obj, np.arange(float(max_iter)), "max_iter", "max_iter reached"))
 
-    monkeypatch.setattr(agp_sklearn, "_fit", fake)
+    monkeypatch.setattr(agp_planned, "train", fake)
     X, y = X2, Y_CLASS
     est = GPClassifier(max_iter=max_iter)
     assert len(_convergence_warnings(est, X, y)) == int(warned)
-    assert calls == [max_iter or agp_sklearn.FULL_BATCH_ITER] and not est.history_.converged
+    assert calls == [max_iter or agp_plan.FULL_BATCH_ITER] and not est.history_.converged
+    assert est.history_.status == ("max_iter" if warned else "budget")
     if not warned:
         f = 100.0 + 1.0 / np.arange(1.0, 501)
         change = abs(f[-20:].mean() - f[-40:-20].mean()) / (f[-40:-20].mean() + 1.0)
@@ -184,8 +187,8 @@ def test_default_fits_do_not_warn(make):
         est, GPClassifier) else f + 0.2 * rng.standard_t(3, 60)
     assert _convergence_warnings(est, X, y) == []
     hist = est.history_
-    assert hist.converged or (hist.message.startswith("stopped at the default budget")
-                              and est.n_iter_ == agp_sklearn.FULL_BATCH_ITER)
+    assert hist.converged or (hist.status == "budget"
+                              and est.n_iter_ == agp_plan.FULL_BATCH_ITER)
     assert np.all(np.isfinite(est.predict(X[:5])))
 
 

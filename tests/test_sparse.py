@@ -133,17 +133,17 @@ def ngd_step(model, X, y, rho, scale=1.0):
     return with_q(model, q), float(r)
 
 
-# --- 1. Z = X: SGPR (vfe, dtc, fitc) is exact GP regression ---------------------------------
+# --- 1. Z = X: SGPR, DTC and FITC are exact GP regression -----------------------------------
 
 
-@pytest.mark.parametrize("method", ["vfe", "dtc", "fitc"])
-def test_sgpr_with_Z_equal_X_is_exact_gp(method):
+@pytest.mark.parametrize("model", ["SGPR", "DTC", "FITC"])
+def test_sgpr_with_Z_equal_X_is_exact_gp(model):
     X, y = exact_data()
     gp = agp.GP(kern(), gauss())
     lml = gp.log_marginal_likelihood(X, y)
-    sgpr = agp.SGPR(kern(), frozen(X), likelihood=gauss(), method=method)
+    sgpr = getattr(agp, model)(kern(), frozen(X), likelihood=gauss())
     np.testing.assert_allclose(sgpr.objective(X, y), lml, rtol=1e-8)
-    if method == "vfe":
+    if model == "SGPR":
         np.testing.assert_allclose(sgpr.elbo(X, y), lml, rtol=1e-8)
         np.testing.assert_allclose(sgpr.upper_bound(X, y), lml, rtol=1e-8)  # tr(K - Q) = 0
 
@@ -156,7 +156,7 @@ def test_sgpr_with_Z_equal_X_is_exact_gp(method):
     mu_full, cov = svgp.predict_f(Xs, full_cov=True)
     np.testing.assert_allclose(mu_full, ref_mean, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(cov, ref_cov, rtol=1e-6, atol=1e-8)
-    # the uncollapsed bound at the method's closed-form q(u) is the exact lml too
+    # the uncollapsed bound at the model's closed-form q(u) is the exact lml too
     np.testing.assert_allclose(svgp.elbo(X, y), lml, rtol=1e-8)
 
 
@@ -195,12 +195,12 @@ def test_collapsed_bounds_random_Z(seed, M):
     sgpr = agp.SGPR(k, frozen(Z), likelihood=gauss())
     np.testing.assert_allclose(sgpr.elbo(X, y), vfe, rtol=1e-8)
     np.testing.assert_allclose(sgpr.upper_bound(X, y), upper, rtol=1e-8)
-    # (the upper bound of method="fitc": test_fitc_model_upper_bound_is_titsias_upper_bound)
+    # (the upper bound of FITC: test_fitc_model_upper_bound_is_titsias_upper_bound)
     if M == 4:
-        for method, ref in (("dtc", dtc), ("fitc", fitc)):
-            model = agp.SGPR(k, frozen(Z), likelihood=gauss(), method=method)
+        for cls, ref in ((agp.DTC, dtc), (agp.FITC, fitc)):
+            model = cls(k, frozen(Z), likelihood=gauss())
             np.testing.assert_allclose(model.objective(X, y), ref, rtol=1e-8)
-            np.testing.assert_allclose(model.elbo(X, y), vfe, rtol=1e-8)  # whatever the method
+            np.testing.assert_allclose(model.elbo(X, y), vfe, rtol=1e-8)  # whatever the model
     assert vfe < lml < upper
     assert vfe < dtc  # the trace term is a penalty
     assert trace > 0
@@ -217,7 +217,7 @@ def test_fitc_model_upper_bound_is_titsias_upper_bound():
     k = kern()
     lml = agp.GP(k, gauss()).log_marginal_likelihood(X, y)
     upper = dense_sgpr(k, X, y, Z, S2)[3]
-    value = agp.SGPR(k, frozen(Z), likelihood=gauss(), method="fitc").upper_bound(X, y)
+    value = agp.FITC(k, frozen(Z), likelihood=gauss()).upper_bound(X, y)
     assert value >= lml
     np.testing.assert_allclose(value, upper, rtol=1e-8)
 
@@ -585,6 +585,19 @@ def test_adaptive_schedule():
 # --- 12. bad input ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("method,cls", [("vfe", "SGPR"), ("dtc", "DTC"), ("fitc", "FITC"),
+                                        ("taylor", "TaylorSGPR")])
+def test_the_removed_method_argument_names_the_class_to_use(method, cls):
+    for model in (agp.SGPR, agp.DTC):
+        with pytest.raises(TypeError, match=f"method={method!r}.*{cls}"):
+            model(kern(), ZGRID, noise=S2, method=method)
+    with pytest.raises(TypeError, match="base class"):
+        agp.CollapsedSparseGP(kern(), ZGRID, noise=S2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nois'"):
+        agp.SGPR(kern(), ZGRID, nois=S2)
+    assert issubclass(getattr(agp, cls), agp.CollapsedSparseGP)
+
+
 def test_bad_input_raises_value_error():
     X, y = sparse_data(n=20)
     k = kern()
@@ -615,7 +628,7 @@ def test_bad_input_raises_value_error():
         agp.SGPR(k, ZGRID, likelihood=agp.likelihoods.Probit())
     with pytest.raises(ValueError):
         agp.SGPR(k, ZGRID, noise=S2, likelihood=gauss())
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(TypeError, match="method"):  # one class per model: no method argument
         agp.SGPR(k, ZGRID, noise=S2, method="sor")
     with pytest.raises(ValueError):
         agp.SVGP(k, gauss(), ZGRID, q="diagonal")

@@ -1,4 +1,4 @@
-"""SGPR(method="taylor"): the collapsed second-order Taylor approximation, against its oracles:
+"""TaylorSGPR: the collapsed second-order Taylor approximation, against its oracles:
 
 1. given the expansion points xi, the objective is J_2 = sum_i E_q[second-order expansion of
    log p(y_i | f_i) at xi_i] - KL(q(u) || p(u)) at the closed-form q(u), both from the
@@ -46,7 +46,7 @@ def fixed_point(model, X, y, tol=1e-13):
 
 def test_objective_and_q_are_the_dense_taylor_formulas():
     X, y = data("Logistic")
-    model = agp.SGPR(kern(), frozen(ZGRID), likelihood=LIK.Logistic(), method="taylor")
+    model = agp.TaylorSGPR(kern(), frozen(ZGRID), likelihood=LIK.Logistic())
     xi = np.random.default_rng(5).normal(0.0, 1.5, len(y))
     K, Kmn, Kmm = (np.asarray(kern()(a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
     sig = 1.0 / (1.0 + np.exp(-y * xi))  # sigmoid(y xi)
@@ -91,7 +91,7 @@ def test_full_rank_fixed_point_is_the_laplace_approximation(name):
     if name == "Gamma":
         y = y + 0.5
     lik = getattr(LIK, name)()
-    model = agp.SGPR(kern(), frozen(X), likelihood=lik, method="taylor")
+    model = agp.TaylorSGPR(kern(), frozen(X), likelihood=lik)
     q = fixed_point(model, X, y)
     gp = agp.GP(kern(), lik)
     np.testing.assert_allclose(model.objective(X, y, q), gp.log_marginal_likelihood(X, y),
@@ -108,7 +108,7 @@ def test_full_rank_fixed_point_is_the_laplace_approximation(name):
 def test_gaussian_taylor_objective_is_titsias_bound_at_any_xi():
     X, y = data("StudentT")
     gauss = LIK.Gaussian(fixed(positive(0.2)))
-    taylor = agp.SGPR(kern(), frozen(ZGRID), likelihood=gauss, method="taylor")
+    taylor = agp.TaylorSGPR(kern(), frozen(ZGRID), likelihood=gauss)
     vfe = agp.SGPR(kern(), frozen(ZGRID), likelihood=gauss)
     xi = TaylorPoint(jnp.asarray(np.random.default_rng(1).normal(0.0, 3.0, len(y))))
     np.testing.assert_allclose(taylor.objective(X, y, xi), vfe.objective(X, y), rtol=1e-12)
@@ -125,7 +125,7 @@ def test_taylor_objective_can_exceed_log_evidence():
     """One Poisson count y = 0 with f ~ N(0, 1): log p(y) = log int e^{-e^f} N(f | 0, 1) df;
     the Taylor objective at its fixed point lies 0.0104 above it, the ELBO of its q below."""
     X, y = np.zeros((1, 1)), np.zeros(1)
-    model = agp.SGPR(agp.kernels.RBF(1.0, 1.0), X, likelihood=LIK.Poisson(), method="taylor")
+    model = agp.TaylorSGPR(agp.kernels.RBF(1.0, 1.0), X, likelihood=LIK.Poisson())
     q = fixed_point(model, X, y)
     evidence = np.log(integrate.quad(lambda f: np.exp(-np.exp(f)) * stats.norm.pdf(f),
                                      -40.0, 40.0, epsabs=0.0, epsrel=1e-13, limit=200)[0])
@@ -133,18 +133,26 @@ def test_taylor_objective_can_exceed_log_evidence():
     assert model.elbo(X, y, q) < evidence
 
 
+def test_elbo_is_the_svgp_elbo_of_the_closed_form_q():
+    """TaylorSGPR.elbo (traceable, the KL in closed form) is the uncollapsed SVGP ELBO of
+    the model's q(u) (to_svgp)."""
+    X, y = data("Logistic")
+    model = agp.TaylorSGPR(kern(), frozen(ZGRID), likelihood=LIK.Logistic())
+    q = model.update_aux(X, y, model.initial_aux(X, y))
+    np.testing.assert_allclose(model.elbo(X, y, q), model.to_svgp(X, y, q).elbo(X, y),
+                               rtol=1e-12)
+
+
 # --- 5. fits ----------------------------------------------------------------------------------
 
 
 def test_fit_stops_at_a_fixed_point_and_predicts_as_the_augmented_bound():
     X, y = data("Logistic", n=100, seed=3)
-    model = agp.SGPR(kern(True, 2.0, 1.0), frozen(ZGRID), likelihood=LIK.Logistic(),
-                     method="taylor")
+    model = agp.TaylorSGPR(kern(True, 2.0, 1.0), frozen(ZGRID), likelihood=LIK.Logistic())
     post = fit_collapsed(model, X, y, tol=1e-10)
     assert post.history.converged and isinstance(post.history.q_aux, TaylorPoint)
-    # the model in the posterior is an SVGP: rebuild the fitted SGPR from its parameters
-    fitted = agp.SGPR(post.model.kernel, frozen(ZGRID), likelihood=LIK.Logistic(),
-                      method="taylor")
+    # the model in the posterior is an SVGP: rebuild the fitted TaylorSGPR from its parameters
+    fitted = agp.TaylorSGPR(post.model.kernel, frozen(ZGRID), likelihood=LIK.Logistic())
     q = post.history.q_aux
     np.testing.assert_allclose(fitted.update_aux(X, y, q).xi, q.xi, atol=1e-6)
     Xa, ya = fitted.validate_data(X, y)
@@ -169,14 +177,14 @@ def test_bad_use_raises_value_error():
     for lik in (LIK.Laplace(0.3), LIK.StudentT(3.0, 0.4), LIK.BayesianSVM(),
                 LIK.LogisticSoftmax(3)):
         with pytest.raises(ValueError, match="log-concave"):
-            agp.SGPR(kern(), ZGRID, likelihood=lik, method="taylor")
-    model = agp.SGPR(kern(), ZGRID, likelihood=LIK.Probit(), method="taylor")
+            agp.TaylorSGPR(kern(), ZGRID, likelihood=lik)
+    model = agp.TaylorSGPR(kern(), ZGRID, likelihood=LIK.Probit())
     with pytest.raises(ValueError, match="TaylorPoint"):
         model.objective(X, y)
     with pytest.raises(ValueError, match="TaylorPoint"):
         model.elbo(X, y, TaylorPoint(jnp.zeros(19)))
     with pytest.raises(ValueError, match="TaylorPoint"):
-        model.elbo(X, y, model.__class__(kern(), ZGRID, likelihood=LIK.Logistic()).initial_aux(
+        model.elbo(X, y, agp.SGPR(kern(), ZGRID, likelihood=LIK.Logistic()).initial_aux(
             X, y))
     with pytest.raises(ValueError, match="rounds"):
         agp.fit(model, X, y, agp.QuadratureVI())

@@ -18,13 +18,21 @@ import augmentedgp as agp
 
 ROOT = Path(__file__).resolve().parents[1]
 ANNOTATED = [
-    "augmentedgp.core.linalg", "augmentedgp.core.validation", "augmentedgp.kernels.covariance",
+    "augmentedgp.core.linalg", "augmentedgp.core.quadrature", "augmentedgp.core.validation",
+    "augmentedgp.kernels.covariance",
     "augmentedgp.kernels.means", "augmentedgp.models.approximations", "augmentedgp.models.gp",
     "augmentedgp.models.inducing", "augmentedgp.models.mcgp", "augmentedgp.models.sites",
     "augmentedgp.models.sparse", "augmentedgp.inference.flow", "augmentedgp.inference.flow_gp",
     "augmentedgp.inference.gibbs", "augmentedgp.inference.vi", "augmentedgp.persistence",
     "augmentedgp.contrib.bayesian", "augmentedgp.contrib.bounds", "augmentedgp.contrib.dpp",
-    "augmentedgp.launcher", "augmentedgp.training.fit",
+    "augmentedgp.launcher", "augmentedgp.training.fit", "augmentedgp.augmentation.protocol",
+    "augmentedgp.augmentation.inversion", "augmentedgp.likelihoods.binary",
+    "augmentedgp.likelihoods.counts", "augmentedgp.likelihoods.heteroscedastic",
+    "augmentedgp.likelihoods.multiclass", "augmentedgp.likelihoods.positive",
+    "augmentedgp.likelihoods.robust", "augmentedgp.likelihoods.super_gaussian",
+    "augmentedgp.variational.families", "augmentedgp.variational.natgrad",
+    "augmentedgp.variational.schedules", "augmentedgp.core.params", "augmentedgp.datasets",
+    "augmentedgp.testing",
 ]
 
 

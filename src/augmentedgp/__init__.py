@@ -34,9 +34,12 @@ from augmentedgp.inference import (
     SVGD,
     AnalyticSVI,
     AnalyticVI,
+    Collapsed,
+    CollapsedVI,
     GaussianFlow,
     GibbsSampling,
     ParticleFlow,
+    Plan,
     QuadratureSVI,
     QuadratureVI,
     fit_gaussian,
@@ -45,17 +48,21 @@ from augmentedgp.inference import (
 from augmentedgp.inference.flow import VariationalGaussian
 from augmentedgp.kernels import means
 from augmentedgp.models import (
+    DTC,
     EP,
+    FITC,
     GP,
     MCGP,
     SGPR,
     SVGP,
     VGP,
+    CollapsedSparseGP,
     Exact,
     Laplace,
     MCPosterior,
     SitePosterior,
     SparsePosterior,
+    TaylorSGPR,
     inducing,
 )
 from augmentedgp.persistence import load, save
@@ -77,7 +84,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "GP", "SGPR", "SVGP", "VGP", "MCGP", "fit", "sample", "Exact", "Laplace", "EP",
+    "GP", "SGPR", "DTC", "FITC", "TaylorSGPR", "CollapsedSparseGP", "SVGP", "VGP", "MCGP",
+    "fit", "sample", "Exact", "Laplace", "EP", "Collapsed", "CollapsedVI", "Plan",
     "QuadratureVI", "QuadratureSVI", "AnalyticVI", "AnalyticSVI", "GibbsSampling",
     "ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "fit_gaussian", "VariationalGaussian",
     "SitePosterior", "SparsePosterior", "MCPosterior", "History", "save", "load",

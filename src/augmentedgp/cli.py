@@ -418,7 +418,8 @@ def demo(seed: int = typer.Option(0, help="seed of the train/test split"),
                                               "(default: no figure)"),
          no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
                                       help="no figure even with --plot (once the default; "
-                                           "kept for scripts)")):
+                                           "kept for scripts)")
+        ) -> None:
     """Fit the built-in examples and print test metrics (and, with --plot FILE, save a
     figure: calibration and ELBO trace of the augmented classifier). Writes no file
     unless --plot is given."""
@@ -462,7 +463,8 @@ def _dataset_frames():
 
 @app.command()
 def datasets(export: Path = typer.Option(None, help="write each dataset as CSV into this "
-                                                    "directory")):
+                                                    "directory")
+            ) -> None:
     """List the built-in datasets (and export them as CSV files)."""
 
     def body():
@@ -499,7 +501,8 @@ def fit(data: Path = typer.Argument(..., help="training data (.csv or .parquet)"
             "classifiers; scikit-learn's train_test_split) and fit on the rest; `evaluate` "
             "on the same file then scores exactly the held-out rows"),
         split_seed: int = typer.Option(0, help="seed of the --test-size split"),
-        quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no warnings")):
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no warnings")
+       ) -> None:
     """Fit a GP model to a table and save it to a model directory."""
     from augmentedgp import persistence
     from augmentedgp.sklearn import GPClassifier, GPCountRegressor, GPRegressor
@@ -554,7 +557,7 @@ def predict(model_dir: Path = typer.Argument(..., help="a directory written by `
             data: Path = typer.Argument(..., help="rows to predict (.csv or .parquet)"),
             out: Path = typer.Option(None, help="output file (.csv or .parquet); default: "
                                                 "CSV on standard output"),
-            level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
+            level: float = typer.Option(0.95, help="coverage of the predictive intervals")) -> None:
     """Predict: classes and class probabilities, or the predictive mean, sd and interval."""
 
     def body():
@@ -653,7 +656,8 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
              no_plot: bool = typer.Option(False, "--no-plot", hidden=True,
                                           help="no plot even with --plot (once the default; "
                                                "kept for scripts)"),
-             level: float = typer.Option(0.95, help="coverage of the predictive intervals")):
+             level: float = typer.Option(0.95, help="coverage of the predictive intervals")
+            ) -> None:
     """Held-out metrics (and, with --plot FILE, a calibration plot: reliability diagram for
     classifiers, interval coverage for regressors). Given the model's own training file,
     it scores the rows `fit --test-size` held out, and warns when there are none."""
@@ -704,7 +708,7 @@ def evaluate(model_dir: Path = typer.Argument(..., help="a directory written by 
 
 
 @app.command()
-def info():
+def info() -> None:
     """Versions, JAX backend and dtype."""
     import jax
 
@@ -712,7 +716,7 @@ def info():
                   f"backend {jax.default_backend()}, x64 {jax.config.jax_enable_x64}")
 
 
-def main():
+def main() -> None:
     app()
 
 

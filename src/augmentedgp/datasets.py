@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib import resources
 
 import numpy as np
+from jaxtyping import ArrayLike
 
 from augmentedgp.core.validation import check_finite
 
@@ -25,7 +26,8 @@ def load(name: str) -> dict[str, np.ndarray]:
             return {k: data[k] for k in data.files}
 
 
-def train_test_split(X, y, test_fraction: float = 0.2, seed: int = 0):
+def train_test_split(X: np.ndarray, y: np.ndarray, test_fraction: float = 0.2, seed: int = 0
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A random split: (X_train, y_train, X_test, y_test)."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
@@ -72,8 +74,8 @@ class Standardizer:
         self.mean = mean
         self.scale = np.where(constant, 1.0, sd)
 
-    def transform(self, data):
+    def transform(self, data: ArrayLike) -> np.ndarray:
         return (np.asarray(data, dtype=float) - self.mean) / self.scale
 
-    def inverse(self, data):
+    def inverse(self, data: ArrayLike) -> np.ndarray:
         return np.asarray(data, dtype=float) * self.scale + self.mean

@@ -32,7 +32,9 @@ code is what makes loading safe.
 
 Any object built from augmentedgp classes can be saved: fitted posteriors of every model
 (``GP``, ``SGPR``, ``VGP``, ``SVGP``, ``MCGP``), unfitted models, and the scikit-learn
-estimators of :mod:`augmentedgp.sklearn`. Objects holding code (functions, classes from
+estimators of :mod:`augmentedgp.sklearn`. An unfitted ``SGPR`` saved before the collapsed
+models became one class each (its ``method`` field: "vfe", "dtc", "fitc" or "taylor") loads
+as ``SGPR``, ``DTC``, ``FITC`` or ``TaylorSGPR``. Objects holding code (functions, classes from
 outside the library) are refused when saving, with the path of the offending field.
 """
 
@@ -185,6 +187,17 @@ _MOVED = {
     "augmentedgp.inference": ("augmentedgp.models.approximations", "augmentedgp.inference.vi"),
     "augmentedgp.flow": ("augmentedgp.inference.flow", "augmentedgp.inference.flow_gp"),
     "augmentedgp.bayesian": ("augmentedgp.contrib.bayesian",),
+}
+
+
+# Classes that were one class with a static field choosing the model, now one class per
+# model: (the field, {its value: the class now}). Files saved before the split name the old
+# class with that field; they load as the class of the value.
+_SPLIT = {
+    "augmentedgp.models.sparse:SGPR": ("method", {
+        "vfe": "augmentedgp.models.sparse:SGPR", "dtc": "augmentedgp.models.sparse:DTC",
+        "fitc": "augmentedgp.models.sparse:FITC",
+        "taylor": "augmentedgp.models.sparse:TaylorSGPR"}),
 }
 
 
@@ -523,6 +536,7 @@ class _Decoder:
         if not dataclasses.is_dataclass(cls):
             raise ModelFileError(f"{cls.__qualname__} is no longer a dataclass")
         fields = self.fields(node, "fields", where)
+        cls, fields = self.split(cls, fields, where)
         expected = {f.name for f in dataclasses.fields(cls)}
         if set(fields) - expected:
             raise ModelFileError(f"the saved {cls.__qualname__} has fields "
@@ -544,6 +558,18 @@ class _Decoder:
             self.finite(value, where, f"the value {type(obj.transform).__name__}(raw) of the "
                                       "parameter")
         return obj
+
+    def split(self, cls: type, fields: dict, where: str) -> tuple[type, dict]:
+        """The class and fields of a saved object of a class since split into one class per
+        model (``_SPLIT``): the field that chose the model is dropped and names the class."""
+        name = f"{cls.__module__}:{cls.__qualname__}"
+        if name not in _SPLIT or _SPLIT[name][0] not in fields:
+            return cls, fields
+        field, classes = _SPLIT[name]
+        value = fields[field]
+        self.check(isinstance(value, str) and value in classes, f"{where}.{field}",
+                   f"{cls.__qualname__}.{field} is {value!r}, not one of {sorted(classes)}")
+        return _resolve(classes[value]), {k: v for k, v in fields.items() if k != field}
 
     def node_instance(self, node, where):
         cls = _resolve(node["__instance__"])

@@ -18,11 +18,17 @@ on; matplotlib is imported only when a plot is made, and ``plt.show`` is never c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+from jaxtyping import ArrayLike
 from scipy import stats
 
 from augmentedgp.core import diagnostics
 from augmentedgp.core.validation import check_finite, check_int
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["posterior_1d", "proba_2d", "history", "calibration_curve", "calibration",
            "interval_coverage", "interval_calibration", "trace", "autocorrelation"]
@@ -98,8 +104,8 @@ def _inducing_inputs(post):
 # --- fitted models ---------------------------------------------------------------------
 
 
-def posterior_1d(model, X, y=None, *, ax=None, X_plot=None, level=0.95, inducing=True,
-                 latent=False):
+def posterior_1d(model, X, y=None, *, ax: Axes | None = None, X_plot=None, level=0.95,
+                 inducing=True, latent=False) -> Axes:
     """Predictive mean and central ``level`` band of y over 1-D inputs, the data and (for
     sparse models) the inducing inputs as ticks at the bottom; ``latent=True`` adds the band
     and mean of the latent f.
@@ -158,7 +164,7 @@ def posterior_1d(model, X, y=None, *, ax=None, X_plot=None, level=0.95, inducing
     return ax
 
 
-def proba_2d(model, X, y=None, *, ax=None, resolution=100, padding=0.1):
+def proba_2d(model, X, y=None, *, ax: Axes | None = None, resolution=100, padding=0.1) -> Axes:
     """Class probabilities over 2-D inputs on a ``resolution`` x ``resolution`` grid over the
     range of X (padded by ``padding``). Binary (``predict_proba`` of shape (n,) = p(y = 1),
     or (n, 2)): filled contours of p(y = 1), its 0.5 contour and a colorbar; multi-class
@@ -230,7 +236,7 @@ def _as_history(h):
                      f"or a fitted estimator (.history_), got {type(h).__name__}")
 
 
-def history(h, *, ax=None, x="iteration", label=None, validation=True):
+def history(h, *, ax: Axes | None = None, x="iteration", label=None, validation=True) -> Axes:
     """The training trace: -objective (the ELBO or log marginal likelihood being maximised)
     per iteration (``x="iteration"``) or against wall time (``x="time"``), one line per
     history if ``h`` is a list (``label``: one string, or one per history); the held-out
@@ -269,7 +275,8 @@ def history(h, *, ax=None, x="iteration", label=None, validation=True):
 # --- calibration -----------------------------------------------------------------------
 
 
-def calibration_curve(y_true, proba, n_bins=10, *, classes=None):
+def calibration_curve(y_true: ArrayLike, proba: ArrayLike, n_bins: int = 10, *, classes=None
+                     ) -> dict[str, np.ndarray | float]:
     """Reliability-diagram statistics over ``n_bins`` equal-width bins of [0, 1].
 
     Binary: ``proba`` (n,) is p(positive) and ``y_true`` in {0, 1}, {-1, +1} or bool (or
@@ -318,7 +325,7 @@ def calibration_curve(y_true, proba, n_bins=10, *, classes=None):
     return {"confidence": confidence, "accuracy": accuracy, "count": count[keep], "ece": ece}
 
 
-def calibration(y_true, proba, *, n_bins=10, ax=None, classes=None):
+def calibration(y_true, proba, *, n_bins=10, ax: Axes | None = None, classes=None) -> Axes:
     """Reliability diagram: observed frequency (binary) or top-label accuracy per bin
     against the mean predicted value, the diagonal, the ECE in the legend and the bin counts
     as an inset histogram."""
@@ -342,7 +349,7 @@ def calibration(y_true, proba, *, n_bins=10, ax=None, classes=None):
     return ax
 
 
-def interval_coverage(model, X, y, levels=LEVELS):
+def interval_coverage(model, X: ArrayLike, y: ArrayLike, levels=LEVELS) -> np.ndarray:
     """Observed fraction of y inside the central predictive interval at each nominal level
     (``model.predict_interval(X, level)`` of a fitted GPRegressor / GPCountRegressor)."""
     if not hasattr(model, "predict_interval"):
@@ -359,7 +366,7 @@ def interval_coverage(model, X, y, levels=LEVELS):
     return np.asarray(out)
 
 
-def interval_calibration(model, X, y, *, levels=LEVELS, ax=None):
+def interval_calibration(model, X, y, *, levels=LEVELS, ax: Axes | None = None) -> Axes:
     """Observed coverage of the central predictive intervals against their nominal level."""
     levels = np.atleast_1d(np.asarray(levels, dtype=float))
     cover = interval_coverage(model, X, y, levels)
@@ -394,7 +401,7 @@ def _draws(chain, index, latent):
     return f[:, :, index, latent]
 
 
-def trace(chain, *, index=0, latent=0, ax=None, hyper=None):
+def trace(chain, *, index=0, latent=0, ax: Axes | None = None, hyper=None) -> Axes:
     """Trace of the samples of f at training input ``index`` (latent ``latent``), one line
     per chain, with the split R-hat in the title. ``hyper=True`` (chains run with
     ``GibbsSampling(hyper_every=k)``) also traces every scalar of ``chain.hyper`` (raw,
@@ -447,7 +454,7 @@ def _trace_f(ax, draws, index, latent, chain):
         ax.legend(loc="upper right", fontsize="x-small")
 
 
-def autocorrelation(chain, *, index=0, latent=0, max_lag=50, ax=None):
+def autocorrelation(chain, *, index=0, latent=0, max_lag=50, ax: Axes | None = None) -> Axes:
     """Autocorrelation of the samples of f at training input ``index`` per chain
     (``diagnostics.autocorrelation``), as stems up to ``max_lag`` (at most n_samples - 1),
     with the bulk ESS of all chains in the title."""

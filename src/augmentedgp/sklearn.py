@@ -1,21 +1,17 @@
 """scikit-learn estimators: ``GPRegressor``, ``GPClassifier`` and ``GPCountRegressor``.
 
-Each estimator standardises the inputs, builds an ARD kernel and picks the model by size:
-a full GP (exact for a Gaussian likelihood, otherwise a full variational GP) up to
-``n_inducing`` training points, and a sparse one (SGPR for a Gaussian likelihood, SVGP
-otherwise, with ``n_inducing`` k-means inducing inputs) above. It fits it with
-:func:`augmentedgp.fit`: type-II maximum likelihood for the Gaussian models, augmented
-conjugate VI (``AnalyticVI``, or ``AnalyticSVI`` with ``batch_size``) for the augmentable
-likelihoods and quadrature VI for the others; by default the variational fits take
-minibatches above ``FULL_BATCH_MAX`` points, then a few full-batch iterations (see
-``batch_size`` in :class:`GPRegressor`). The fitted model is ``posterior_``;
-``history_`` and ``n_iter_`` describe the training.
+The estimators translate scikit-learn's conventions (labels, standardisation, constructor
+parameters, ``ConvergenceWarning``) onto the library: each standardises the inputs (and a
+regressor's targets), builds an ARD kernel and the likelihood, and fits
+``agp.VGP(kernel, likelihood)`` with :func:`augmentedgp.fit` and a
+:class:`~augmentedgp.Plan`, which chooses the model (full or sparse), the inference and the
+budget from the data size. The fitted model is ``posterior_``; ``history_`` and
+``n_iter_`` describe the training, ``sparse_`` says whether the model is sparse.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import numbers
 import re
 import warnings
@@ -38,27 +34,13 @@ except ImportError as err:
 
 from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik
-from augmentedgp import likelihoods as _multi
-from augmentedgp.augmentation.protocol import Augmented
-from augmentedgp.core.loop import History
-from augmentedgp.core.params import fixed, is_parameter, positive
-from augmentedgp.core.quadrature import hermite_nodes
+from augmentedgp.core.params import fixed, positive
+from augmentedgp.core.quadrature import gauss_legendre, hermite_nodes
 from augmentedgp.core.validation import check_finite, check_int, check_vector, check_y
 from augmentedgp.datasets import Standardizer
-from augmentedgp.inference.vi import (
-    AnalyticSVI,
-    AnalyticVI,
-    QuadratureSVI,
-    QuadratureVI,
-    quadrature_step,
-    stages,
-)
-from augmentedgp.models import inducing as _inducing
-from augmentedgp.models.gp import GP
-from augmentedgp.models.sparse import SGPR, SVGP, VGP
-from augmentedgp.training.fit import fit as _fit
-from augmentedgp.variational.families import QPosterior
-from augmentedgp.variational.schedules import RobbinsMonro
+from augmentedgp.inference.plan import Plan
+from augmentedgp.models.sparse import VGP
+from augmentedgp.training.fit import fit
 
 KERNELS = {"rbf": _kernels.RBF, "matern12": _kernels.Matern12, "matern32": _kernels.Matern32,
            "matern52": _kernels.Matern52, "rq": _kernels.RationalQuadratic}
@@ -69,10 +51,6 @@ def _choice(value, options, name):
     if not isinstance(value, str) or value not in options:
         raise ValueError(f"{name} must be one of {sorted(options)}, got {value!r}")
     return value
-
-
-def _positive_int(value, name, allow_none=True):
-    return check_int(value, name, allow_none=allow_none)
 
 
 def _named(name, check, *args, **kwargs):
@@ -136,130 +114,6 @@ def _standardise_targets(y) -> _TargetScaling:
 
 
 
-def _frozen(model):
-    """``model`` with every hyperparameter (and inducing input) fixed; q(u) is still fitted."""
-    import jax
-
-    skip = lambda x: is_parameter(x) or isinstance(x, QPosterior)
-    return jax.tree_util.tree_map(lambda p: fixed(p) if is_parameter(p) else p, model,
-                                  is_leaf=skip)
-
-
-# The defaults by size (docs/design.md, "Defaults by size"): variational fits of sparse
-# models on more than FULL_BATCH_MAX points take minibatches of AUTO_BATCH points for
-# SVI_EPOCHS epochs (at least SVI_MIN_ITER, at most SVI_MAX_ITER iterations), stopping early
-# when the objective averaged over an epoch changes by less than SVI_TOL (relative) from
-# the epoch before; then FINISH_ITER full-batch iterations (natural step 1: the CAVI update
-# of q(u) given all the data, [Wenzel2019, eq. 12] with rho = 1) remove the minibatch noise.
-# The fit has converged when those change the full objective by less than FINISH_TOL.
-FULL_BATCH_MAX = 2000
-AUTO_BATCH = 1000
-SVI_EPOCHS, SVI_MIN_ITER, SVI_MAX_ITER = 30, 600, 5000
-SVI_TOL = 1e-4
-FINISH_ITER = 10
-FINISH_TOL = 1e-3
-FULL_BATCH_ITER, MINIBATCH_ITER = 500, 2000  # max_iter's defaults otherwise
-
-
-# The variational default (max_iter=None, no automatic minibatches) is a budget, not a
-# convergence test: on the README's data and five UCI / LIBSVM sets (measured for issue 24),
-# FULL_BATCH_ITER iterations leave the objective moving by 4e-4 to 4e-2 (relative) per 20
-# iterations, while 6x more change the held-out NLL by less than 0.01 nats on five of the
-# six (~0.06 on yacht, whose Student-t fit varies that much from run to run). Reaching the
-# budget is reported in ``history_.message``, not warned about; a max_iter the user set and
-# the fit outgrew is (scikit-learn's ConvergenceWarning).
-_BUDGET = "stopped at the default budget"
-
-
-def _budget_message(history, window=20) -> str:
-    """Why a default full-batch fit stopped: its budget, the relative change of the mean
-    objective over the last ``window`` iterations against the ``window`` before (the
-    training loop's convergence measure), and what to do for a longer fit."""
-    f = np.asarray(history.objective)
-    change = (abs(f[-window:].mean() - f[-2 * window:-window].mean())
-              / (abs(f[-2 * window:-window].mean()) + 1.0) if f.size >= 2 * window else np.inf)
-    return (f"{_BUDGET} of {f.size} iterations (the mean objective still changed by "
-            f"{change:.1e}, relative, over the last {window}); set max_iter to train longer")
-
-
-class _VIPlan(NamedTuple):
-    """How a variational fit runs: minibatch size (None: full batch), iterations, the
-    stopping rule's settings for ``fit`` and the full-batch iterations that follow."""
-
-    batch_size: int | None
-    max_iter: int
-    stopping: dict
-    finish: int
-
-
-def _vi_plan(n, sparse, batch_size, max_iter) -> _VIPlan:
-    """The training of a variational model on n points from the estimator's ``batch_size``
-    ("auto", None or an int) and ``max_iter`` (None or an int)."""
-    max_iter = _positive_int(max_iter, "max_iter")
-    if _check_batch(batch_size) == "auto":
-        if not (sparse and n > FULL_BATCH_MAX):
-            return _VIPlan(None, max_iter or FULL_BATCH_ITER, {}, 0)
-        epoch = -(-n // AUTO_BATCH)
-        iters = max_iter or int(np.clip(SVI_EPOCHS * epoch, SVI_MIN_ITER, SVI_MAX_ITER))
-        # the objective of an epoch's minibatches sums over every point once: its mean over
-        # an epoch is the full objective, without the minibatch noise of a shorter window
-        return _VIPlan(AUTO_BATCH, iters, {"tol": SVI_TOL, "window": max(epoch, 20)},
-                       FINISH_ITER)
-    batch = batch_size
-    if batch is None or batch >= n:
-        return _VIPlan(None, max_iter or FULL_BATCH_ITER, {}, 0)
-    return _VIPlan(batch, max_iter or MINIBATCH_ITER, {}, 0)
-
-
-def _objective(likelihood, minibatch: bool) -> str:
-    """AnalyticVI's objective for the estimators, the one that predicted best at their
-    budgets (benchmarks/RESULTS.md, issue 22 notes, sections 5-6; test NLL):
-
-    - "tight" (the augmented fit, then tight sites: the plain ELBO's optimum) for the
-      robust regressions, Student-t and Laplace: better than "augmented" on 5 of the 6
-      problems measured (kin40k with 5% outliers at 2,000 and 4,000 rows, protein at
-      2,000), e.g. Student-t 0.537 against 0.588 on 4,000 kin40k rows, and within 2.9% of
-      the best configuration on all six (protein Laplace: 1.2130 against 1.2070); for
-      the negative binomial, whose Polya-Gamma gap grows with the counts: on 2,000 rows of
-      bike (counts up to 941) 4.844 against 5.727 (QuadratureVI: 4.965), at the cost of
-      0.3% on small counts (bike's night hours, up to 283: 3.317 against 3.306); and for
-      the full-batch multi-class logistic-softmax: best of the three objectives on letter
-      (5 classes) and digits at 600-1,200 rows, within 2.5-5.8% of GPClassifier("softmax")
-      (e.g. 0.1245 against 0.1446 "exact", 0.2117 "augmented", 0.1201 softmax on 1,000
-      letter rows);
-    - "exact" (hyperparameters on the plain ELBO at the augmented q(u)) for the
-      logistic-softmax with minibatches, whose fits are short: 0.0558 against 0.0583
-      "tight" on 3,000 letter rows (automatic minibatches; softmax 0.0562), 0.1142 against
-      0.1225 with batch 100 on 1,000 rows (softmax 0.1310);
-    - "augmented" otherwise: on 2,000 rows of a9a (logistic) 0.3234 against 0.3241 with
-      "tight"."""
-    if isinstance(likelihood, _multi.LogisticSoftmax):
-        return "exact" if minibatch else "tight"
-    tight = _lik.StudentT | _lik.Laplace | _lik.NegativeBinomial
-    return "tight" if isinstance(likelihood, tight) else "augmented"
-
-
-def _check_batch(batch_size):
-    if isinstance(batch_size, str) and batch_size == "auto":
-        return batch_size
-    return _positive_int(batch_size, "batch_size")
-
-
-def _joined(first, second) -> History:
-    """One history of the minibatch stage and the full-batch iterations after it. It has
-    converged if the first stage did, or if the second half of the full-batch iterations
-    changed the full objective by less than FINISH_TOL (relative; the first full-batch step
-    moves q(u) from the minibatch estimate to its optimum given all the data, a jump that
-    says nothing about convergence)."""
-    f = second.objective
-    settled = abs(f[-1] - f[f.size // 2]) / (abs(f[f.size // 2]) + 1.0) < FINISH_TOL
-    message = (f"{first.message}; then {f.size} full-batch iterations (relative change of "
-               f"the objective over the last {f.size - f.size // 2} "
-               f"{'below' if settled else 'above'} {FINISH_TOL:g})")
-    return dataclasses.replace(first.then(second, "full batch"),
-                               converged=bool(first.converged or settled), message=message)
-
-
 def _store_params(estimator, params):
     """Keep every constructor argument as an attribute of the same name, as scikit-learn
     requires of ``__init__`` (no validation here: ``fit`` validates)."""
@@ -308,83 +162,33 @@ class _GPEstimator(BaseEstimator):
         return cls(lengthscale=np.full(d, scale) if self.ard else scale, variance=1.0)
 
     def _fit_latent(self, X, y, likelihood, frozen=False):
-        """Standardise X, build the model and fit it; sets the fitted attributes. ``frozen``:
-        keep the hyperparameters at their initial values and fit q(u) alone (a constant
-        target, whose likelihood grows without bound as the noise shrinks to 0)."""
+        """Standardise X and fit the model :class:`~augmentedgp.Plan` chooses; sets the
+        fitted attributes. ``frozen``: keep the hyperparameters at their initial values and
+        fit q(u) alone (a constant target, whose likelihood grows without bound as the
+        noise shrinks to 0)."""
         import jax
 
-        n, d = X.shape
         self._scaler = Standardizer(X, "X")
         Xs = self._scaler.transform(X)
-        gaussian = isinstance(likelihood, _lik.Gaussian)
-        if isinstance(self.n_inducing, str) and self.n_inducing == "auto":
-            M = (500 if n > 2000 else None) if gaussian else 100
-        else:
-            M = _positive_int(self.n_inducing, "n_inducing")
-        # an explicit batch_size below n means minibatches, which need the sparse model
-        # (with n <= M inducing points at the unique inputs it is the full one)
-        batch = _check_batch(self.batch_size)  # validated even where unused (Gaussian)
-        minibatch = not gaussian and isinstance(batch, int) and batch < n
-        sparse = (M is not None and n > M) or minibatch
-        max_iter = _positive_int(self.max_iter, "max_iter")
+        plan = Plan(n_inducing=self.n_inducing, batch_size=self.batch_size,
+                    inference=getattr(self, "inference", "auto"), fixed_hyperparameters=frozen)
+        max_iter = check_int(self.max_iter, "max_iter", allow_none=True)
         key = jax.random.key(self._seed())
-        kernel = self._kernel(d)
-        analytic = self._inference() == "analytic"  # validates the setting for every likelihood
-        augmented = isinstance(likelihood, Augmented) and analytic
-        if self.inference == "analytic" and not augmented:
-            raise ValueError(f"inference='analytic' needs an augmentable likelihood; "
-                             f"{type(likelihood).__name__} is not (use 'auto' or 'quadrature')")
-        q = "natural_whitened" if augmented else "whitened"
-        if sparse:
-            unique = np.unique(Xs, axis=0)
-            Z = unique if M is None or len(unique) <= M else _inducing.kmeans(Xs, M, key)
-            model = (SGPR(kernel, Z, likelihood=likelihood) if gaussian
-                     else SVGP(kernel, likelihood, Z, q=q))
-        else:
-            model = GP(kernel, likelihood) if gaussian else VGP(kernel, likelihood, q=q)
-        if frozen:
-            model = _frozen(model)
-        if gaussian:
-            inference, iters = None, max_iter or 200
-            self.posterior_ = _fit(model, Xs, y, inference, max_iter=iters, key=key,
-                                   verbose=bool(self.verbose))
-            history = self.posterior_.history
-        else:
-            plan = _vi_plan(n, sparse, self.batch_size, max_iter)
-            if augmented:
-                objective = _objective(likelihood, plan.batch_size is not None)
-                # Robbins-Monro steps, not AnalyticSVI's constant default: the estimators stop
-                # on the settled objective, and with the constant step the tight stage
-                # stopped early (benchmarks/RESULTS.md, issue 22 notes, section 7)
-                vi = (functools.partial(AnalyticSVI, step_size=RobbinsMonro(),
-                                        objective=objective),
-                      functools.partial(AnalyticVI, objective=objective))
-            else:
-                vi = (QuadratureSVI, functools.partial(QuadratureVI, quadrature_step(likelihood)))
-            inference = vi[0](plan.batch_size) if plan.batch_size else vi[1]()
-            self.posterior_ = _fit(model, Xs, y, inference, max_iter=plan.max_iter, key=key,
-                                   verbose=bool(self.verbose), **plan.stopping)
-            history = self.posterior_.history
-            if plan.finish:  # full-batch iterations from the minibatch solution, by the
-                first = history  # last stage of the fit (the tight sites of "tight")
-                finish = stages(vi[1](), likelihood, plan.finish)[-1][0]
-                self.posterior_ = _fit(self.posterior_.model, Xs, y, finish,
-                                       max_iter=plan.finish, key=key, verbose=bool(self.verbose),
-                                       chunk_size=plan.finish)
-                history = _joined(first, self.posterior_.history)
-            elif max_iter is None and not history.converged:  # the default budget: no warning
-                history = dataclasses.replace(history, message=_budget_message(history))
+        spec = VGP(self._kernel(X.shape[1]), likelihood)
+        self.posterior_ = fit(spec, Xs, y, plan, max_iter=max_iter, key=key,
+                              verbose=bool(self.verbose))
+        history = self.posterior_.history
         if frozen:
             history = dataclasses.replace(history, message=history.message + (
                 "; constant target: the hyperparameters were kept at their initial values"))
         self.history_ = history
-        self.n_iter_ = max(1, len(self.history_.objective))
-        if not (self.history_.converged or self.history_.message.startswith(_BUDGET)):
+        self.n_iter_ = max(1, len(history.objective))
+        if history.status not in ("converged", "early_stopped", "budget"):
             # scikit-learn's convention: a max_iter the user set was too small
             warnings.warn(f"{type(self).__name__} stopped before converging "
-                          f"({self.history_.message}); raise max_iter", ConvergenceWarning,
+                          f"({history.message}); raise max_iter", ConvergenceWarning,
                           stacklevel=3)
-        self.sparse_ = sparse
+        self.sparse_ = plan.choose(likelihood, X.shape[0], max_iter).sparse
         return self
 
     def _fit_data(self, X, y, numeric):
@@ -427,10 +231,6 @@ class _GPEstimator(BaseEstimator):
             if np.any(sample_weight < 0) or not np.any(sample_weight > 0):
                 raise ValueError("sample_weight must be non-negative and not all 0")
         return X, y, sample_weight
-
-    def _inference(self):
-        return _choice(getattr(self, "inference", "auto"), ("auto", "analytic", "quadrature"),
-                       "inference").replace("auto", "analytic")
 
     @property
     def input_scaler_(self) -> Standardizer:
@@ -521,14 +321,14 @@ class _Regressor(RegressorMixin, _GPEstimator):
             return scipy.stats.norm.ppf(level, mean, np.sqrt(var + noise.var()))
         x, w = hermite_nodes(_GH)
         f = mean[:, None] + sd[:, None] * x  # E_{N(m, v)}[g(f)] = sum_k w_k g(m + sd x_k)
-        u, wu = np.polynomial.legendre.leggauss(_GL)
-        e = noise.ppf(0.5 * (u + 1.0))  # E[g(e)] = int_0^1 g(F^-1(p)) dp, Gauss-Legendre
+        p, wp = gauss_legendre(_GL, 0.0, 1.0)
+        e = noise.ppf(p)  # E[g(e)] = int_0^1 g(F^-1(p)) dp, Gauss-Legendre
         wide_noise = (noise.ppf(0.75) - noise.ppf(0.25)) / 1.349 >= sd  # robust scales
         z = lambda t: (t[:, None] - e - mean[:, None]) / np.where(wide_noise, 1.0, sd)[:, None]
 
         def cdf(t):
             return np.where(wide_noise, np.sum(w * noise.cdf(t[:, None] - f), axis=1),
-                            0.5 * np.sum(wu * scipy.stats.norm.cdf(z(t)), axis=1))
+                            np.sum(wp * scipy.stats.norm.cdf(z(t)), axis=1))
 
         # every node's own quantile brackets the mixture's
         lo, hi = f.min(1) + noise.ppf(level), f.max(1) + noise.ppf(level)
@@ -700,8 +500,8 @@ class GPClassifier(ClassifierMixin, _GPEstimator):
         if name == "probit":
             raise ValueError(f"likelihood='probit' is binary; y has {n_classes} classes (use "
                              "'logistic', 'softmax' or 'robustmax')")
-        cls = {"logistic": _multi.LogisticSoftmax, "softmax": _multi.Softmax,
-               "robustmax": _multi.RobustMax}[name]
+        cls = {"logistic": _lik.LogisticSoftmax, "softmax": _lik.Softmax,
+               "robustmax": _lik.RobustMax}[name]
         return cls(n_classes)
 
     def fit(self, X, y):

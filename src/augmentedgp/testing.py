@@ -54,6 +54,7 @@ likelihood itself approximates (quadrature, Monte Carlo).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import equinox as eqx
@@ -99,7 +100,8 @@ def _evaluate(fn, idx, x):
     return np.concatenate(out, 0)
 
 
-def integrate(fn, lo, hi, n, *, rtol=1e-12, atol=1e-15, panels=32, rounds=60):
+def integrate(fn: Callable, lo, hi, n: int, *, rtol=1e-12, atol=1e-15, panels=32, rounds=60
+             ) -> tuple[np.ndarray, np.ndarray]:
     """int_lo^hi fn(i, x) dx for problems i = 0..n-1, and the error estimates.
 
     ``fn(i, x)`` maps integer and float arrays of one length k to values (k,) or (k, d).

@@ -37,6 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import ndtri
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from augmentedgp.core.quadrature import euler_inversion_rule
 
 __all__ = ["check_phi", "log_mixing_density", "sample", "tilted_cdf"]
 
@@ -46,25 +49,13 @@ _A, _N, _M = 18.4, 27, 11
 _TOL_LOG_W = 1e-8  # the accuracy of the root in log w (module doc),
 _TOL_CDF = 1e-12  # or |F(w) - u| is (the CDF itself is accurate to ~1e-8)
 _MAX_STEPS = 100
-
-
-def _euler_weights():
-    """Weights of the terms a_0..a_{n+m} of the Euler sum: sum_j binom(m, j) 2^-m s_{n+j}
-    with s_j = sum_{k <= j} a_k, i.e. P(Binomial(m, 1/2) >= k - n) for term k."""
-    k = np.arange(_N + _M + 1)
-    tail = np.array([sum(math.comb(_M, i) for i in range(j, _M + 1))
-                     for j in range(_M + 1)]) / 2.0**_M
-    w = np.where(k <= _N, 1.0, tail[np.clip(k - _N, 0, _M)])
-    w[0] *= 0.5  # the trapezoid's half weight on the real point
-    signs = np.where(k % 2 == 0, 1.0, -1.0)
-    return w * signs, math.pi * k
-
-
+# the signed weights and imaginary parts (pi k) of the terms a_0..a_{n+m} of the Euler sum;
 # numpy constants: a JAX array here would start JAX's backend and compile at import
-_WEIGHTS, _IM = _euler_weights()
+_WEIGHTS, _IM = euler_inversion_rule(_N, _M)
 
 
-def tilted_cdf(log_phi: Callable, c2, x):
+def tilted_cdf(log_phi: Callable, c2: Float[ArrayLike, "*batch"], x: Float[ArrayLike, "*batch"]
+              ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
     """(F(x), f(x)): the CDF and density at x > 0 of pi(w | c) ~ e^{-c^2 w} p(w), where phi
     (``log_phi``, elementwise and analytic for Re t > 0) is the Laplace transform of p(w)
     ([Abate2000] Euler inversion; module doc). ``c2`` = c^2 >= 0 and ``x`` broadcast."""
@@ -77,7 +68,7 @@ def tilted_cdf(log_phi: Callable, c2, x):
     return cdf, density
 
 
-def log_mixing_density(log_phi: Callable, w):
+def log_mixing_density(log_phi: Callable, w: Float[ArrayLike, ""]) -> Float[Array, ""]:
     """log p(w) at w > 0 (scalar), p the inverse Laplace transform of phi. The inversion's
     error is absolute (~1e-8 of the density's peak), so in the left tail p(w) is computed
     through the tilted law whose mean is w: p(w) = phi(t0) e^{t0 w} pi(w | t0) with
@@ -140,7 +131,8 @@ def _start(mean, var, k3, u):
     return jnp.where(jnp.isfinite(z), z, 0.0)
 
 
-def sample(key, log_phi: Callable, c2, *args):
+def sample(key: PRNGKeyArray, log_phi: Callable, c2: Float[ArrayLike, "*batch"], *args
+          ) -> Float[Array, "*batch"]:
     """Draws of w ~ pi(w | c), one per entry of ``c2`` = c^2, by inverse-CDF sampling with
     the numerical CDF (module doc). ``log_phi(t, *args)`` is log phi for one entry, ``args``
     its parameters (arrays broadcast against ``c2``). Where the law is a point mass

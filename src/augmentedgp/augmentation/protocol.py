@@ -47,6 +47,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree, Shaped
 
 from augmentedgp.augmentation import inversion, samplers
 
@@ -79,13 +80,13 @@ class Tilt(NamedTuple):
     c2: jax.Array
 
 
-def log_cosh(x):
+def log_cosh(x: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
     """log cosh x, stable for any x."""
     ax = jnp.abs(x)
     return ax + jnp.log1p(jnp.exp(-2.0 * ax)) - _LOG_2
 
 
-def tanh_ratio(c):
+def tanh_ratio(c: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
     """tanh(c / 2) / (2 c) = E[PG(1, c)] (even in c), with its limit 1/4 at c = 0
     ([Wenzel2019, Sec. 3.1])."""
     small = jnp.abs(c) < 1e-4
@@ -93,7 +94,7 @@ def tanh_ratio(c):
     return jnp.where(small, 0.25 - c**2 / 48.0, jnp.tanh(0.5 * cs) / (2.0 * cs))
 
 
-def log_cosh_sqrt(t):
+def log_cosh_sqrt(t: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
     """log cosh(sqrt(t) / 2) for t >= 0, smooth at t = 0 (= t/8 - t^2/192 + ...)."""
     small = t < 1e-6
     ts = jnp.where(small, 1.0, t)
@@ -105,7 +106,8 @@ def _safe_sqrt(t):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, t, 1.0)), 0.0)
 
 
-def expected_h2(s: SuperGaussianForm, mean, var):
+def expected_h2(s: SuperGaussianForm, mean: Float[Array, "*batch"], var: Float[Array, "*batch"]
+               ) -> Float[Array, "*batch"]:
     """E[h^2] = (a + b mean)^2 + b^2 var for f ~ N(mean, var)."""
     return (s.a + s.b * mean) ** 2 + s.b**2 * var
 
@@ -134,27 +136,33 @@ class Augmented(eqx.Module):
     gibbs_joint: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, "*batch"], mean: Float[Array, "*batch"],
+                      var: Float[Array, "*batch"]) -> tuple:
         """The optimal q(w) when f_i ~ N(mean_i, var_i) (the local step of
         [Galy-Fajou2020, Algorithm 1])."""
 
     @abc.abstractmethod
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, "*batch"], q_aux: tuple
+                 ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
         """(beta, gamma): E_{q(w)} of the Gaussian site on f, log-potential
         beta f - gamma f^2 / 2."""
 
     @abc.abstractmethod
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, "*batch"], mean: Float[Array, "*batch"],
+                               var: Float[Array, "*batch"], q_aux: tuple | None = None
+                              ) -> Float[Array, "*batch"]:
         """E_{q(f) q(w)}[log p(y, w | f)] - E_{q(w)}[log q(w)], elementwise: the data term
         of the augmented bound at ``q_aux``, or at the optimal q(w) if ``q_aux`` is None.
         Never above E_{q(f)}[log p(y | f)], and equal to log p(y | f) when var = 0."""
 
     @abc.abstractmethod
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                  ) -> PyTree[Array]:
         """A draw of w ~ p(w | y, f) (the first step of a Gibbs sweep)."""
 
     @abc.abstractmethod
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, "*batch"], aux: PyTree[Array]
+             ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
         """(beta, gamma) of the Gaussian site on f given w = ``aux``: log p(y | f, w) =
         const + beta f - gamma f^2 / 2."""
 
@@ -180,14 +188,16 @@ class ScaleMixture(Augmented):
     """
 
     @abc.abstractmethod
-    def super_gaussian(self, y) -> SuperGaussianForm:
+    def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         """The pieces (log C, g, a, b) of p(y | f) = exp(log C + g f) phi((a + b f)^2)."""
 
     @abc.abstractmethod
-    def log_phi(self, y, t):
+    def log_phi(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+               ) -> Float[Array, "*batch"]:
         """log phi(t) = log E_{p(w)} e^{-t w}, for t >= 0 (phi(0) = 1)."""
 
-    def log_mixing_density(self, y, w):
+    def log_mixing_density(self, y: Shaped[Array, "*batch"], w: Float[Array, "*batch"]
+                          ) -> Float[Array, "*batch"] | None:
         """log p(w) of the mixing law, elementwise (w > 0), whose Laplace transform is phi;
         None if w is a constant. Not used by inference: ``augmentedgp.testing`` integrates
         it numerically to check the augmentation. Default: the numerical inverse Laplace
@@ -196,7 +206,8 @@ class ScaleMixture(Augmented):
         one = lambda yi, wi: inversion.log_mixing_density(lambda t: self.log_phi(yi, t), wi)
         return jax.vmap(one)(y.reshape(-1), w.reshape(-1)).reshape(w.shape)
 
-    def sample_omega(self, key, y, t):
+    def sample_omega(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                    ) -> Float[Array, "*batch"]:
         """A draw of w ~ pi(w | t), the mixing law tilted by e^{-t w} (``t`` has the shape
         of the output). Default: the generic sampler ``inversion.sample`` (numerical
         inversion of phi's Laplace transform, [Galy-Fajou2020, Sec. 3.3.2]); the built-in
@@ -204,22 +215,26 @@ class ScaleMixture(Augmented):
         y = jnp.broadcast_to(jnp.asarray(y, float), jnp.shape(t))
         return inversion.sample(key, lambda tt, yi: self.log_phi(yi, tt), t, y)
 
-    def omega_mean(self, y, t):
+    def omega_mean(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                  ) -> Float[Array, "*batch"]:
         """E[w] under pi(w | t): -d log phi / dt (autodiff here; subclasses may give a
         closed form)."""
         return -jax.grad(lambda tt: jnp.sum(self.log_phi(y, tt)))(t)
 
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, "*batch"], mean: Float[Array, "*batch"],
+                      var: Float[Array, "*batch"]) -> Tilt:
         """The optimal q(w) = pi(w | c) with c^2 = E[h^2] ([Galy-Fajou2020,
         Algorithm 1], local step)."""
         return Tilt(expected_h2(self.super_gaussian(y), mean, var))
 
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, "*batch"], q_aux: Tilt
+                 ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
         """(beta, gamma) = sites(y, E_{q(w)}[w]) ([Galy-Fajou2020, eq. 11] with
         h = a + b f)."""
         return self.sites(y, self.omega_mean(y, q_aux.c2))
 
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                  ) -> Float[Array, "*batch"]:
         """w ~ p(w | y, f) = pi(w | h(f)^2), the mixing law tilted by e^{-h^2 w}
         ([Galy-Fajou2020, Theorem 2; Algorithm 2], first step)."""
         s = self.super_gaussian(y)
@@ -227,13 +242,16 @@ class ScaleMixture(Augmented):
         return self.sample_omega(key, y, jnp.broadcast_to(t, jnp.broadcast_shapes(
             jnp.shape(t), jnp.shape(y))))
 
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, "*batch"], aux: Float[Array, "*batch"]
+             ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
         """(beta, gamma) of the Gaussian site on f given w = ``aux``: log p(y | f, w) =
         const + beta f - gamma f^2 / 2 with beta = g - 2 w a b, gamma = 2 w b^2."""
         s = self.super_gaussian(y)
         return s.g - 2.0 * aux * s.a * s.b, 2.0 * aux * s.b**2
 
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, "*batch"], mean: Float[Array, "*batch"],
+                               var: Float[Array, "*batch"], q_aux: Tilt | None = None
+                              ) -> Float[Array, "*batch"]:
         """E_{q(f) q(w)}[log p(y | f, w)] - KL(q(w) || p(w)), elementwise; with ``q_aux=None``
         at the optimal q(w), where it equals log C + g E[f] + log phi(E[h^2])."""
         s = self.super_gaussian(y)
@@ -245,7 +263,8 @@ class ScaleMixture(Augmented):
         return s.log_c + s.g * mean - (e_h2 - q_aux.c2) * w + self.log_phi(y, q_aux.c2)
 
 
-def log_polya_gamma_density(b, x, terms: int = 200):
+def log_polya_gamma_density(b: Float[ArrayLike, "*batch"], x: Float[ArrayLike, "*batch"],
+                            terms: int = 200) -> Float[Array, "*batch"]:
     """log density of PG(b, 0) at x > 0, elementwise ([Polson2013, Sec. 2.1]: the
     alternating series 2^{b-1} / Gamma(b) sum_n (-1)^n Gamma(n + b) / n! (2n + b) /
     sqrt(2 pi x^3) e^{-(2n + b)^2 / (8x)}, ``terms`` terms). The series cancels far in the
@@ -272,22 +291,26 @@ class PolyaGamma(ScaleMixture):
     pg_method: ClassVar[str] = "series"  # see augmentedgp.samplers.polya_gamma
 
     @abc.abstractmethod
-    def pg_b(self, y):
+    def pg_b(self, y: Shaped[Array, "*batch"]) -> Float[Array, "*batch"] | float:
         """The Polya-Gamma shape b(y) > 0."""
 
-    def log_phi(self, y, t):
+    def log_phi(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+               ) -> Float[Array, "*batch"]:
         """-b log cosh(sqrt(t) / 2)."""
         return -self.pg_b(y) * log_cosh_sqrt(t)
 
-    def log_mixing_density(self, y, w):
+    def log_mixing_density(self, y: Shaped[Array, "*batch"], w: Float[Array, "*batch"]
+                          ) -> Float[Array, "*batch"] | None:
         """log density of w = PG(b, 0) / 2 (the series of ``log_polya_gamma_density``)."""
         return _LOG_2 + log_polya_gamma_density(self.pg_b(y), 2.0 * w)
 
-    def omega_mean(self, y, t):
+    def omega_mean(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                  ) -> Float[Array, "*batch"]:
         """E[PG(b, c)] / 2 = b tanh(c / 2) / (4 c), c = sqrt(t)."""
         return 0.5 * self.pg_b(y) * tanh_ratio(_safe_sqrt(t))
 
-    def sample_omega(self, key, y, t):
+    def sample_omega(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                    ) -> Float[Array, "*batch"]:
         """PG(b, sqrt(t)) / 2 (``augmentedgp.samplers.polya_gamma``, method ``pg_method``)."""
         b = jnp.broadcast_to(self.pg_b(y), jnp.shape(t))
         return 0.5 * samplers.polya_gamma(key, b, _safe_sqrt(t), method=self.pg_method)

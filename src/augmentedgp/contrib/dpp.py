@@ -32,6 +32,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import History, minimize
 from augmentedgp.core.params import Parameter
+from augmentedgp.core.quadrature import gauss_legendre
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import RBF, Kernel
 
@@ -165,10 +166,9 @@ def continuous_log_normaliser(kernel: Kernel, lower: Float[ArrayLike, " d"],
     d <= 2."""
     d = int(np.size(lower))
     lower, upper = _box(lower, upper, d)
-    t, w = np.polynomial.legendre.leggauss(int(n_nodes))
     lo, hi = np.asarray(lower), np.asarray(upper)
-    nodes = [0.5 * (hi[k] - lo[k]) * t + 0.5 * (hi[k] + lo[k]) for k in range(d)]
-    weights = [0.5 * (hi[k] - lo[k]) * w for k in range(d)]
+    nodes, weights = zip(*(gauss_legendre(int(n_nodes), lo[k], hi[k]) for k in range(d)),
+                         strict=True)
     grid = np.stack(np.meshgrid(*nodes, indexing="ij"), -1).reshape(-1, d)
     wgrid = np.prod(np.stack(np.meshgrid(*weights, indexing="ij"), -1).reshape(-1, d), -1)
     sw = np.sqrt(wgrid)

@@ -15,7 +15,7 @@ import functools
 import time
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import equinox as eqx
 import jax
@@ -28,22 +28,45 @@ from jax.flatten_util import ravel_pytree
 from augmentedgp.core.params import is_parameter, partition_trainable
 from augmentedgp.core.validation import check_int
 
+Status = Literal["converged", "early_stopped", "max_iter", "budget", "callback", "non_finite",
+                 "stalled"]
+"""How a fit ended: ``"converged"`` (the stopping rule's change fell below ``tol``),
+``"early_stopped"`` (a monitored held-out metric stopped improving; the best state is kept),
+``"max_iter"`` (the iterations the user allowed ran out), ``"budget"`` (a default budget of
+the library's ran out: the fit is usable, a longer one may still improve), ``"callback"``
+(the callback returned True), ``"non_finite"`` (the last finite state was kept) or
+``"stalled"`` (L-BFGS could not make progress, e.g. its line search failed)."""
+
+STATUSES: tuple[str, ...] = get_args(Status)
+
 
 @dataclasses.dataclass(eq=False)
 class History:
     """Per iteration: objective, cumulative wall time (s) and natural-gradient step size
-    (NaN where none); per chunk: the held-out metric if one was monitored; how it ended."""
+    (NaN where none); per chunk: the held-out metric if one was monitored; how it ended
+    (``status``, and in words ``message``)."""
 
     objective: np.ndarray
     wall_time: np.ndarray
-    converged: bool = False
+    status: Status = "max_iter"
     message: str = ""
     restarts: list = dataclasses.field(default_factory=list)
     step_size: np.ndarray | None = None
     validation: np.ndarray | None = None
 
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def converged(self) -> bool:
+        """Whether the fit met its stopping rule (``status`` "converged" or
+        "early_stopped")."""
+        return self.status in ("converged", "early_stopped")
+
     @property
     def n_iter(self) -> int:
+        """The number of iterations recorded."""
         return int(self.objective.shape[0])
 
     def then(self, later: History, label: str) -> History:
@@ -53,7 +76,7 @@ class History:
         start = self.wall_time[-1] if self.wall_time.size else 0.0
         return History(np.concatenate([self.objective, later.objective]),
                        np.concatenate([self.wall_time, start + later.wall_time]),
-                       later.converged, f"{self.message}; then {label}: {later.message}",
+                       later.status, f"{self.message}; then {label}: {later.message}",
                        self.restarts + later.restarts,
                        cat(self.step_size, later.step_size),
                        cat(self.validation, later.validation))
@@ -91,7 +114,7 @@ def minimize(
     params, static = partition_trainable(model)
     if not jax.tree_util.tree_leaves(params) or max_iter == 0:
         value = float(_value(params, static, loss, args))
-        return model, History(np.array([value]), np.zeros(1), True, "nothing to optimise")
+        return model, History(np.array([value]), np.zeros(1), "converged", "nothing to optimise")
     if isinstance(optimizer, str) and optimizer.lower() in ("lbfgs", "l-bfgs", "l-bfgs-b"):
         return _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose)
     opt = optax_optimizer(optimizer, learning_rate)
@@ -273,7 +296,7 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
     run_chunk = _run_chunk if runner is None else runner
     values, sizes, times = ([], [], []) if resume is None else map(list, resume)
     monitored = []
-    message, converged = "max_iter reached", False
+    message, status = "max_iter reached", "max_iter"
     best = (np.inf, carry, 0)
     prev = None  # (carry at the start of the last chunk, its length): the rollback point
     start = time.perf_counter() - (times[-1] if times else 0.0)
@@ -291,8 +314,8 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
             k = int(np.argmax(bad))
             if k == 0 and not values:
                 raise _not_finite_at_start(to_model(carry))
-            message = ("stopped: the objective or the parameters became non-finite at "
-                       f"iteration {len(values) + k}")
+            message, status = ("stopped: the objective or the parameters became non-finite "
+                               f"at iteration {len(values) + k}"), "non_finite"
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
                           "or standardise the data)", RuntimeWarning, stacklevel=3)
             if k > 1:
@@ -316,22 +339,22 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
             on_chunk(carry, (values, sizes, times))
         report(len(values), values[-1])
         if callback is not None and callback(len(values), values[-1], to_model(carry)):
-            message = "stopped by callback"
+            message, status = "stopped by callback", "callback"
             break
         if monitor is not None:
             monitored.append(float(monitor(to_model(carry))))
             if monitored[-1] < best[0]:
                 best = (monitored[-1], carry, len(monitored))
             elif len(monitored) - best[2] >= patience:
-                carry, converged = best[1], True
+                carry, status = best[1], "early_stopped"
                 message = (f"converged (held-out metric did not improve for {patience} chunks; "
                            f"best state after chunk {best[2]} kept)")
                 break
         elif _relative_change(values, window) < tol:
-            message, converged = "converged (relative change of the objective below tol)", True
+            message, status = "converged (relative change of the objective below tol)", "converged"
             break
     report(None, None)
-    hist = History(np.array(values), np.array(times), converged, message, step_size=np.array(sizes),
+    hist = History(np.array(values), np.array(times), status, message, step_size=np.array(sizes),
                    validation=np.array(monitored) if monitor is not None else None)
     return carry, hist
 
@@ -399,6 +422,15 @@ def _minimize_lbfgs(loss, args, params, static, max_iter, tol, callback, verbose
     x = res.x if np.isfinite(res.fun) and res.fun <= best["f"] else best["x"]
     if not values:
         values, times = [float(best["f"])], [time.perf_counter() - start]
-    message = "stopped by callback" if stop["flag"] else str(res.message)
-    hist = History(np.array(values), np.array(times), bool(res.success), message)
+    # scipy's status: 0 converged, 1 iteration or evaluation limit, 2 no progress (e.g. the
+    # line search failed); its message goes into the history in the library's words
+    if stop["flag"]:
+        status, message = "callback", "stopped by callback"
+    elif res.status == 0:
+        status, message = "converged", "converged (L-BFGS: relative reduction below tol)"
+    elif res.status == 1:
+        status, message = "max_iter", "max_iter reached"
+    else:
+        status, message = "stalled", f"L-BFGS stopped without progress ({res.message})"
+    hist = History(np.array(values), np.array(times), status, message)
     return eqx.combine(unravel(jnp.asarray(x)), static), hist

@@ -15,6 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy import stats
+from jaxtyping import Array, ArrayLike, Float, PyTree
+
+from augmentedgp.core.validation import check_positive
 
 # --- bijections: unconstrained raw <-> constrained value -------------------------------
 
@@ -23,10 +26,10 @@ from jax.scipy import stats
 class Identity:
     """The identity bijection (unconstrained real parameters)."""
 
-    def forward(self, raw):
+    def forward(self, raw: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return raw
 
-    def inverse(self, value):
+    def inverse(self, value: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return value
 
 
@@ -34,10 +37,10 @@ class Identity:
 class Softplus:
     """value = softplus(raw), value > 0; smoother than exp for large values."""
 
-    def forward(self, raw):
+    def forward(self, raw: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return jax.nn.softplus(raw)
 
-    def inverse(self, value):
+    def inverse(self, value: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         value = jnp.asarray(value)
         return value + jnp.log(-jnp.expm1(-value))  # softplus^{-1}, stable for small values
 
@@ -46,10 +49,10 @@ class Softplus:
 class Exp:
     """value = exp(raw): optimisers move in log-space (scale-free steps; the default)."""
 
-    def forward(self, raw):
+    def forward(self, raw: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return jnp.exp(raw)
 
-    def inverse(self, value):
+    def inverse(self, value: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return jnp.log(jnp.asarray(value))
 
 
@@ -63,7 +66,7 @@ class Normal:
     loc: float = 0.0
     scale: float = 1.0
 
-    def log_prob(self, x):
+    def log_prob(self, x: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return stats.norm.logpdf(x, self.loc, self.scale)
 
 
@@ -74,7 +77,7 @@ class LogNormal:
     loc: float = 0.0
     scale: float = 1.0
 
-    def log_prob(self, x):
+    def log_prob(self, x: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return stats.norm.logpdf(jnp.log(x), self.loc, self.scale) - jnp.log(x)
 
 
@@ -85,7 +88,7 @@ class Gamma:
     shape: float = 1.0
     rate: float = 1.0
 
-    def log_prob(self, x):
+    def log_prob(self, x: Float[ArrayLike, "*batch"]) -> Float[Array, "*batch"]:
         return stats.gamma.logpdf(x, self.shape, scale=1.0 / self.rate)
 
 
@@ -160,6 +163,18 @@ def positive(value, name: str | None = None, *, prior=None, trainable: bool = Tr
     return Parameter(transform.inverse(jnp.asarray(arr)), transform, prior, trainable)
 
 
+def scalar_positive(value, name: str) -> Parameter:
+    """A positive scalar hyperparameter: a scalar-valued :class:`Parameter` as it is, or a
+    finite real number > 0 as a trainable one (a ValueError naming ``name`` otherwise:
+    arrays, booleans, strings, NaN, inf, values <= 0)."""
+    if isinstance(value, Parameter):
+        if jnp.ndim(value.value) != 0:
+            raise ValueError(f"{name} must be a scalar Parameter, got shape "
+                             f"{jnp.shape(value.value)}")
+        return value
+    return positive(check_positive(value, name), name)
+
+
 def real(value, name: str | None = None, *, prior=None, trainable: bool = True,
          max_ndim: int | None = None) -> Parameter:
     """An unconstrained real parameter (identity transform); ``value`` is checked as in
@@ -190,7 +205,7 @@ def parameters(tree) -> list[Parameter]:
     return [p for p in leaves if is_parameter(p)]
 
 
-def trainable_mask(tree):
+def trainable_mask(tree: PyTree) -> PyTree[bool]:
     """Boolean pytree: True exactly on the raw arrays of trainable Parameters."""
 
     def mark(x):
@@ -200,7 +215,7 @@ def trainable_mask(tree):
     return jax.tree_util.tree_map(mark, tree, is_leaf=is_parameter)
 
 
-def partition_trainable(tree):
+def partition_trainable(tree: PyTree) -> tuple[PyTree, PyTree]:
     """(trainable, static) such that ``eqx.combine(trainable, static) == tree``."""
     return eqx.partition(tree, trainable_mask(tree))
 

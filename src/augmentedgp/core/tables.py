@@ -6,13 +6,17 @@ imported on first use."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SUFFIXES = {".csv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
-def read_table(path):
+def read_table(path: str | Path) -> pd.DataFrame:
     """A CSV or Parquet file as a pandas DataFrame (clear errors for missing, empty,
     unreadable or unsupported files, and for a header without rows)."""
     import pandas as pd
@@ -56,7 +60,8 @@ def check_columns(frame, columns, where, numeric: bool = True) -> None:
                              f"{row + 1} ({int(missing.sum())} such rows in all)")
 
 
-def features(frame, where, names=None, exclude=(), role: str = "feature"):
+def features(frame: pd.DataFrame, where: str, names=None, exclude=(), role: str = "feature"
+            ) -> pd.DataFrame:
     """The (n, d) feature columns as floats (a DataFrame, so column names travel on): the
     columns ``names``, or all columns but ``exclude``."""
     if names is None:
@@ -81,7 +86,8 @@ def target(frame, name, where, numeric: bool = True) -> np.ndarray:
     return frame[name].to_numpy(copy=True)
 
 
-def frame_xy(frame, name, names, where, numeric_target: bool = False):
+def frame_xy(frame: pd.DataFrame, name: str, names, where: str, numeric_target: bool = False
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) of a table: the target column ``name`` and the feature columns ``names``
     (default: all the others)."""
     y = target(frame, name, where, numeric=numeric_target)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
-from jaxtyping import Float, Shaped
+from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 
 def as_real(value: npt.ArrayLike, name: str, what: str) -> np.ndarray:
@@ -116,6 +116,19 @@ def check_Xy(X: npt.ArrayLike, y: npt.ArrayLike
     return X, check_y(y, X.shape[0])
 
 
+def check_counts(y: npt.ArrayLike, name: str = "y", integer: bool = True
+                 ) -> Float[np.ndarray, " ..."]:
+    """Non-negative integer counts (any non-negative values if not ``integer``), as floats
+    (:func:`check_finite` first); a ValueError naming ``name`` otherwise."""
+    arr = check_finite(y, name)
+    if np.any(arr < 0):
+        raise ValueError(f"{name} must hold non-negative counts, got minimum {arr.min()}")
+    if integer and np.any(arr != np.round(arr)):
+        bad = arr[arr != np.round(arr)]
+        raise ValueError(f"{name} must hold integer counts, got non-integer values {bad[:6]}")
+    return arr
+
+
 def check_binary(y: npt.ArrayLike, name: str = "y") -> Float[np.ndarray, " n"]:
     """Binary labels in {0, 1} or {-1, +1} (or booleans) -> float array in {-1, +1}."""
     arr = np.asarray(y)
@@ -215,7 +228,7 @@ def check_positive(value: object, name: str) -> float:
     return check_real(value, name, low=0.0, open_low=True)
 
 
-def check_key(key: object, name: str = "key", allow_none: bool = False):
+def check_key(key: object, name: str = "key", allow_none: bool = False) -> PRNGKeyArray | None:
     """``key`` as one JAX PRNG key: a typed key (``jax.random.key(seed)``, shape ()) or a
     legacy raw key (``jax.random.PRNGKey(seed)``, uint32 of shape (2,)); or None if
     ``allow_none``. A TypeError naming the argument for anything else (None, an int
@@ -242,7 +255,7 @@ def check_key(key: object, name: str = "key", allow_none: bool = False):
     return key
 
 
-def require_finite(what: str, *values):
+def require_finite(what: str, *values) -> ArrayLike | tuple[ArrayLike, ...]:
     """``values`` as they are if finite or traced (under jit nothing can be raised: callers
     such as ``models.sites.check_moments`` check there); otherwise a ValueError saying that
     ``what`` exceeds float64."""

@@ -38,6 +38,7 @@ hyperparameters) are learnt by an optax step on the same free energy at every it
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import numbers
@@ -257,10 +258,54 @@ def _opt_step(kind, lr, dimensionwise, d, st: _Moments):
 # --- methods ---------------------------------------------------------------------------
 
 
-class _Method(eqx.Module):
-    """Shared settings of the flow methods (validated at construction)."""
+class FlowMethod(eqx.Module):
+    """Base class of the flow methods (:class:`ParticleFlow`, :class:`GaussianFlow`,
+    :class:`ADVI`, :class:`SVGD`): the value passed as ``method`` to :func:`fit_gaussian`
+    or as ``inference`` to ``augmentedgp.fit`` for a flow.
 
-    def _check_common(self):
+    A method is an equinox Module of static settings (``learning_rate``, ``batch_size``,
+    ``init_scale``, ...; checked at construction by ``_check_common``) and implements five
+    abstract hooks, which the training loop calls in order (a subclass missing one fails at
+    construction):
+
+    - ``_init(key, x0, blocks) -> state``: the method's state (particles, or a mean and a
+      factor) around the initial point x0 (D,);
+    - ``_points(state, key, blocks) -> (X, noise)``: the (N, D) points whose potentials
+      and gradients G (N, D) the step evaluates, and any noise drawn for them;
+    - ``_entropy(state, noise, blocks) -> scalar``: the entropy H[q] of the free energy;
+    - ``_update(state, X, noise, G, blocks) -> state``: one step of the flow;
+    - ``_gaussian(state, blocks) -> (mean, sd, factor, particles)``: the Gaussian the state
+      represents (a diagonal ``sd`` or a ``factor`` with C = factor factor^T; the particles,
+      if any), from which the result's :class:`VariationalGaussian` is built.
+
+    ``blocks`` is the structured mean field's partition of the D coordinates (a tuple of
+    block sizes, or "diagonal").
+    """
+
+    @abc.abstractmethod
+    def _init(self, key: PRNGKeyArray, x0: Float[Array, " D"], blocks: tuple | str
+              ) -> tuple:
+        """The initial state."""
+
+    @abc.abstractmethod
+    def _points(self, state: tuple, key: PRNGKeyArray, blocks: tuple | str
+                ) -> tuple[Float[Array, "N D"], object]:
+        """The points of this step and their noise."""
+
+    @abc.abstractmethod
+    def _entropy(self, state: tuple, noise: object, blocks: tuple | str) -> Float[Array, ""]:
+        """H[q]."""
+
+    @abc.abstractmethod
+    def _update(self, state: tuple, X: Float[Array, "N D"], noise: object,
+                G: Float[Array, "N D"], blocks: tuple | str) -> tuple:
+        """The state after one step, given the gradients G of the potentials at X."""
+
+    @abc.abstractmethod
+    def _gaussian(self, state: tuple, blocks: tuple | str) -> tuple:
+        """(mean, sd or None, factor or None, particles or None)."""
+
+    def _check_common(self) -> None:
         lr = self.learning_rate
         lrs = tuple(lr) if isinstance(lr, tuple | list) else (lr, lr)
         if len(lrs) != 2 or not all(isinstance(v, numbers.Real) and math.isfinite(v) and v > 0
@@ -282,7 +327,7 @@ class _Method(eqx.Module):
         return check_int(D + 1 if value is None else value, name, low)
 
 
-class _GaussianFlowMethod(_Method):
+class _GaussianFlowMethod(FlowMethod):
     """The settings ParticleFlow and GaussianFlow share (documented on ParticleFlow)."""
 
     learning_rate: float | tuple = eqx.field(static=True, default=0.01)
@@ -531,7 +576,7 @@ class _ADVIState(NamedTuple):
     opt_state: object
 
 
-class ADVI(_Method):
+class ADVI(FlowMethod):
     """Reparameterised-gradient Gaussian VI (Kucukelbir et al. 2017; Titsias &
     Lazaro-Gredilla 2014): q = N(m, L L^T) with L lower triangular (or mean field,
     ``mean_field=True``: L = diag(exp(s))), the free energy's gradient estimated from
@@ -590,7 +635,7 @@ class ADVI(_Method):
         return m, None, jnp.tril(s), None
 
 
-class SVGD(_Method):
+class SVGD(FlowMethod):
     """Stein variational gradient descent (Liu & Wang 2016) with ``kernel`` "rbf"
     (bandwidth by the median heuristic), "linear" (x^T x' + 1) or "centred" ((x - m)^T
     (x' - m) + 1, whose dynamics are GPF's, [Galy-Fajou2021, Sec. 3.6]). Not a Gaussian
@@ -635,7 +680,8 @@ class SVGD(_Method):
         return _ParticleState(X + d, state.mean_opt, cov_opt)
 
 
-METHODS = (ParticleFlow, GaussianFlow, ADVI, SVGD)
+#: The flow methods this module implements (the concrete :class:`FlowMethod` subclasses).
+PARTICLE_FLOWS = (ParticleFlow, GaussianFlow, ADVI, SVGD)
 
 
 # --- the loop ---------------------------------------------------------------------------
@@ -680,9 +726,9 @@ def _step(carry, args):
 
 def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rate, optimizer,
          callback, verbose, chunk_size, window, unravel):
-    if not isinstance(method, METHODS):
-        raise TypeError("method must be ParticleFlow, GaussianFlow, ADVI or SVGD, got "
-                        f"{method!r}")
+    if not isinstance(method, FlowMethod):
+        raise TypeError("method must be a FlowMethod (ParticleFlow, GaussianFlow, ADVI or "
+                        f"SVGD), got {method!r}")
     max_iter = check_int(max_iter, "max_iter")
     data = tuple(jnp.asarray(a) for a in target.data)
     if method.batch_size is not None and method.batch_size > target.num_data:
@@ -710,7 +756,7 @@ def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rat
 @limits
 def fit_gaussian(target: Target | Callable[[PyTree], Float[Array, ""]],
                  init: PyTree[Float[ArrayLike, " ..."]],
-                 method: ParticleFlow | GaussianFlow | ADVI | SVGD | None = None, *,
+                 method: FlowMethod | None = None, *,
                  key: PRNGKeyArray | None = None, max_iter: int = 1000, tol: float = 0.0,
                  learning_rate: float = 0.01, optimizer: str = "adam",
                  callback: Callable | None = None, verbose: bool = False,
@@ -733,7 +779,7 @@ def fit_gaussian(target: Target | Callable[[PyTree], Float[Array, ""]],
 @limits
 def fit_gaussian_target(target: Target | Callable[[PyTree], Float[Array, ""]],
                         init: PyTree[Float[ArrayLike, " ..."]],
-                        method: ParticleFlow | GaussianFlow | ADVI | SVGD | None = None, *,
+                        method: FlowMethod | None = None, *,
                         key: PRNGKeyArray | None = None, max_iter: int = 1000,
                         tol: float = 0.0, learning_rate: float = 0.01, optimizer: str = "adam",
                         callback: Callable | None = None, verbose: bool = False,
@@ -757,4 +803,5 @@ def fit_gaussian_target(target: Target | Callable[[PyTree], Float[Array, ""]],
 
 
 __all__ = ["ParticleFlow", "GaussianFlow", "ADVI", "SVGD", "Target", "LogDensity",
-           "VariationalGaussian", "fit_gaussian", "fit_gaussian_target", "METHODS"]
+           "VariationalGaussian", "fit_gaussian", "fit_gaussian_target", "FlowMethod",
+           "PARTICLE_FLOWS"]

@@ -9,6 +9,7 @@ Stationary kernels use ARD lengthscales when ``lengthscale`` is an array of shap
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 
@@ -63,9 +64,13 @@ def _finite(kernel: Kernel, K: Array, X: Array, Z: Array | None) -> Array:
 
 class Kernel(eqx.Module):
     """Base class. ``k(X, Z)`` and ``k.diag(X)`` validate their inputs once, for every
-    kernel (composites included), then call the subclass's ``_matrix(X, Z, symmetric)`` /
-    ``_diag(X)`` on 2-D float arrays with matching columns; a subclass with per-column
-    hyperparameters also implements ``_check_columns(d)``.
+    kernel (composites included), then call the subclass's hooks on 2-D float arrays with
+    matching columns. A new kernel implements one abstract method,
+    ``evaluate(X, Z, symmetric) -> (n, m)`` (a subclass without it fails at construction
+    with a TypeError naming it); it may override ``evaluate_diag(X) -> (n,)`` (default:
+    the diagonal of ``evaluate`` row by row) and, with per-column hyperparameters,
+    ``check_columns(d)``. A stationary kernel subclasses :class:`Stationary` and implements
+    ``profile(r2)`` instead.
 
     Bad inputs raise a TypeError / ValueError naming ``X`` or ``Z``: not 2-D, no columns,
     different column counts, non-real dtypes (strings, complex, objects), an ARD
@@ -79,36 +84,45 @@ class Kernel(eqx.Module):
         """Covariance matrix k(X, Z): X (n, d), Z (m, d) -> (n, m); Z=None means Z=X."""
         X = check_inputs(X, "X")
         if Z is None:
-            self._check_columns(X.shape[1])
-            return _finite(self, self._matrix(X, X, True), X, None)
+            self.check_columns(X.shape[1])
+            return _finite(self, self.evaluate(X, X, True), X, None)
         Z = check_inputs(Z, "Z")
         if Z.shape[1] != X.shape[1]:
             raise ValueError(f"Z must have as many columns as X: X has {X.shape[1]}, Z has "
                              f"{Z.shape[1]}")
-        self._check_columns(X.shape[1])
-        return _finite(self, self._matrix(X, Z, False), X, Z)
+        self.check_columns(X.shape[1])
+        return _finite(self, self.evaluate(X, Z, False), X, Z)
 
     def diag(self, X: Float[ArrayLike, "n d"]) -> Float[Array, " n"]:
         """diag k(X, X), shape (n,)."""
         X = check_inputs(X, "X")
-        self._check_columns(X.shape[1])
-        return _finite(self, self._diag(X), X, None)
+        self.check_columns(X.shape[1])
+        return _finite(self, self.evaluate_diag(X), X, None)
 
-    def _matrix(self, X, Z, symmetric: bool):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
+        """The hook every kernel implements: the (n, m) matrix k(X, Z) on validated inputs
+        (2-D float arrays with the same columns, hyperparameters checked by
+        :meth:`check_columns`). ``symmetric`` is True when ``Z`` is ``X`` (the call
+        ``k(X)``), so a kernel may exploit the symmetry; the result must not depend on it
+        beyond rounding. Called by ``k(X, Z)``, which validates first; call that instead."""
 
-    def _diag(self, X):
-        raise NotImplementedError
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
+        """diag k(X, X) on validated inputs. Optional: by default k(x_i, x_i) row by row
+        through :meth:`evaluate` (O(n) work); kernels override it with a closed form."""
+        return jax.vmap(lambda x: self.evaluate(x[None], x[None], True)[0, 0])(X)
 
-    def _check_columns(self, d: int):
-        """Raise a ValueError if a per-column hyperparameter does not match d columns."""
+    def check_columns(self, d: int) -> None:
+        """Raise a ValueError if a per-column hyperparameter does not match d columns.
+        Optional: kernels without per-column (ARD) hyperparameters accept any d."""
 
     def __add__(self, other: Kernel) -> Kernel:
         if not isinstance(other, Kernel):
             return NotImplemented
         return Sum(self, other)
 
-    def __mul__(self, other) -> Kernel:
+    def __mul__(self, other: Kernel | float | Parameter) -> Kernel:
         if isinstance(other, Kernel):
             return Product(self, other)
         return Scaled(self, other)
@@ -131,15 +145,16 @@ class Sum(Kernel):
     def __check_init__(self):
         _check_kernels(("k1", self.k1), ("k2", self.k2))
 
-    def _matrix(self, X, Z, symmetric):
-        return self.k1._matrix(X, Z, symmetric) + self.k2._matrix(X, Z, symmetric)
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
+        return self.k1.evaluate(X, Z, symmetric) + self.k2.evaluate(X, Z, symmetric)
 
-    def _diag(self, X):
-        return self.k1._diag(X) + self.k2._diag(X)
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
+        return self.k1.evaluate_diag(X) + self.k2.evaluate_diag(X)
 
-    def _check_columns(self, d):
-        self.k1._check_columns(d)
-        self.k2._check_columns(d)
+    def check_columns(self, d: int) -> None:
+        self.k1.check_columns(d)
+        self.k2.check_columns(d)
 
 
 class Product(Kernel):
@@ -151,15 +166,16 @@ class Product(Kernel):
     def __check_init__(self):
         _check_kernels(("k1", self.k1), ("k2", self.k2))
 
-    def _matrix(self, X, Z, symmetric):
-        return self.k1._matrix(X, Z, symmetric) * self.k2._matrix(X, Z, symmetric)
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
+        return self.k1.evaluate(X, Z, symmetric) * self.k2.evaluate(X, Z, symmetric)
 
-    def _diag(self, X):
-        return self.k1._diag(X) * self.k2._diag(X)
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
+        return self.k1.evaluate_diag(X) * self.k2.evaluate_diag(X)
 
-    def _check_columns(self, d):
-        self.k1._check_columns(d)
-        self.k2._check_columns(d)
+    def check_columns(self, d: int) -> None:
+        self.k1.check_columns(d)
+        self.k2.check_columns(d)
 
 
 class Scaled(Kernel):
@@ -173,14 +189,15 @@ class Scaled(Kernel):
         self.kernel = kernel
         self.scale = positive(scale, "scale", max_ndim=0)
 
-    def _matrix(self, X, Z, symmetric):
-        return self.scale.value * self.kernel._matrix(X, Z, symmetric)
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
+        return self.scale.value * self.kernel.evaluate(X, Z, symmetric)
 
-    def _diag(self, X):
-        return self.scale.value * self.kernel._diag(X)
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
+        return self.scale.value * self.kernel.evaluate_diag(X)
 
-    def _check_columns(self, d):
-        self.kernel._check_columns(d)
+    def check_columns(self, d: int) -> None:
+        self.kernel.check_columns(d)
 
 
 # --- stationary kernels ------------------------------------------------------------------
@@ -246,18 +263,20 @@ class Stationary(Kernel):
         self.lengthscale = positive(lengthscale, "lengthscale", max_ndim=1)
         self.variance = positive(variance, "variance", max_ndim=0)
 
+    @abc.abstractmethod
     def profile(self, r2: Float[Array, "n m"]) -> Float[Array, "n m"]:
-        """The correlation as a function of the scaled squared distance r^2 (0 <= r^2 <= inf)."""
-        raise NotImplementedError
+        """The hook a stationary kernel implements: the correlation as a function of the
+        scaled squared distance r^2 (0 <= r^2 <= inf), 1 at r^2 = 0."""
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         r2 = _scaled_sqdist(X, Z, self.lengthscale.value, symmetric)
         return self.variance.value * self.profile(r2)
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
 
-    def _check_columns(self, d):
+    def check_columns(self, d: int) -> None:
         _check_length(self.lengthscale, "lengthscale", d)
 
 
@@ -340,7 +359,8 @@ class Periodic(Kernel):
         angle = 2.0 * math.pi * X / self.period.value
         return jnp.cos(angle) * w, jnp.sin(angle) * w
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         # 2 sin^2((a - b)/2) = 1 - cos a cos b - sin a sin b: one matrix product per term.
         # The weights 1/l_d are divided by a power of two c ~ max_d 1/l_d (exact), so a tiny
         # lengthscale gives exponents of inf (correlation 0), not inf - inf = NaN.
@@ -354,10 +374,10 @@ class Periodic(Kernel):
             e = 0.5 * (e + e.T) * (1.0 - jnp.eye(X.shape[0], dtype=e.dtype))
         return self.variance.value * jnp.exp(-(e * c * c))
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return jnp.broadcast_to(self.variance.value, X.shape[:1]).astype(X.dtype)
 
-    def _check_columns(self, d):
+    def check_columns(self, d: int) -> None:
         _check_length(self.lengthscale, "lengthscale", d)
         _check_length(self.period, "period", d)
 
@@ -373,13 +393,14 @@ class Linear(Kernel):
     def __init__(self, variance: float | Float[ArrayLike, " d"] | Parameter = 1.0):
         self.variance = positive(variance, "variance", max_ndim=1)
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         return (X * self.variance.value) @ Z.T
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return jnp.sum(X**2 * self.variance.value, axis=-1)
 
-    def _check_columns(self, d):
+    def check_columns(self, d: int) -> None:
         _check_length(self.variance, "variance", d)
 
 
@@ -396,10 +417,11 @@ class Polynomial(Kernel):
         self.variance = positive(variance, "variance", max_ndim=0)
         self.offset = positive(offset, "offset", max_ndim=0)
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         return (self.variance.value * (X @ Z.T) + self.offset.value) ** self.degree
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return (self.variance.value * jnp.sum(X**2, -1) + self.offset.value) ** self.degree
 
 
@@ -411,10 +433,11 @@ class Constant(Kernel):
     def __init__(self, variance: float | Parameter = 1.0):
         self.variance = positive(variance, "variance", max_ndim=0)
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         return jnp.full((X.shape[0], Z.shape[0]), self.variance.value, dtype=X.dtype)
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 
@@ -427,12 +450,13 @@ class White(Kernel):
     def __init__(self, variance: float | Parameter = 1.0):
         self.variance = positive(variance, "variance", max_ndim=0)
 
-    def _matrix(self, X, Z, symmetric):
+    def evaluate(self, X: Float[Array, "n d"], Z: Float[Array, "m d"], symmetric: bool
+                 ) -> Float[Array, "n m"]:
         if symmetric:
             return self.variance.value * jnp.eye(X.shape[0], dtype=X.dtype)
         return jnp.zeros((X.shape[0], Z.shape[0]), dtype=X.dtype)
 
-    def _diag(self, X):
+    def evaluate_diag(self, X: Float[Array, "n d"]) -> Float[Array, " n"]:
         return jnp.full(X.shape[:1], self.variance.value, dtype=X.dtype)
 
 

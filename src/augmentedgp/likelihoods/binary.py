@@ -8,13 +8,19 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr, logsumexp, ndtr
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import PolyaGamma, ScaleMixture, SuperGaussianForm
-from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
+from augmentedgp.core.quadrature import (
+    gauss_hermite,
+    kinked_expectation,
+    laguerre_nodes,
+    log_gauss_hermite,
+)
 from augmentedgp.core.validation import check_binary
 from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.numerics import log_inv_gamma, sqrt_floor
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -26,26 +32,29 @@ class Bernoulli(Likelihood):
 
     support = "binary"
 
-    def check_targets(self, y, name: str = "y"):
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return check_binary(y, name)
 
     @abc.abstractmethod
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, " n"], var: Float[Array, " n"]
+                     ) -> Float[Array, " n"]:
         """p(y = +1) = int p(y = +1 | f) N(f | mean, var) df."""
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, " n"], var: Float[Array, " n"], n: int | None = None
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """p(y = +1) and its variance p (1 - p) (``n`` is not used)."""
         p = self.predict_proba(mean, var)
         return p, p * (1.0 - p)
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return jnp.exp(self.log_prob(jnp.ones_like(f), f))  # p(y = +1 | f)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         p = self.conditional_mean(f)
         return p * (1.0 - p)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                            var: Float[Array, " n"]) -> Float[Array, " n"]:
         """log p(y | data), elementwise. This default takes the log of p(y = +1) or of
         1 - p(y = +1) and underflows to -inf once that probability is below 1e-308;
         the subclasses here compute it in log space (finite for every finite mean and
@@ -62,24 +71,28 @@ class Logistic(Bernoulli, PolyaGamma):
 
     pg_method = "devroye"  # b = 1: exact
 
-    def super_gaussian(self, y):
+    def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         """sigmoid(y f) = e^{y f / 2} / (2 cosh(f / 2)): log C = -log 2, g = y / 2, h = f."""
         return SuperGaussianForm(-_LOG_2, 0.5 * y, 0.0, 1.0)
 
-    def pg_b(self, y):
+    def pg_b(self, y: Shaped[Array, "*batch"]) -> Float[Array, "*batch"] | float:
         """b = 1."""
         return 1.0
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         return -jax.nn.softplus(-y * f)
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return y * jax.nn.sigmoid(-y * f)  # = (y + 1)/2 - sigmoid(f)   ([Rasmussen2006, Sec. 3.4])
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return -jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, " n"], var: Float[Array, " n"]
+                     ) -> Float[Array, " n"]:
         """int sigmoid(f) N(f | m, v) df, accurate to ~1e-12 for any variance.
 
         Small v: Gauss-Hermite. Large v (the sigmoid's step is narrow against the Gaussian):
@@ -94,14 +107,15 @@ class Logistic(Bernoulli, PolyaGamma):
     @staticmethod
     def _proba_laguerre(mean, var):
         """``predict_proba``'s large-variance form (Gauss-Laguerre)."""
-        x, w = base.laguerre_nodes()
+        x, w = laguerre_nodes()
         v = jnp.maximum(var, 1e-12)[..., None]
         m = mean[..., None]
         dens = lambda t: jnp.exp(-0.5 * (t - m) ** 2 / v) / jnp.sqrt(2.0 * math.pi * v)
         return ndtr(mean / jnp.sqrt(jnp.maximum(var, 1e-12))) + jnp.sum(
             w * jax.nn.sigmoid(x) * (dens(-x) - dens(x)), axis=-1)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                            var: Float[Array, " n"]) -> Float[Array, " n"]:
         """log int sigmoid(y f) N(f | m, v) df in log space, finite for any finite m, v.
         With a = y m (y f ~ N(a, v)) and P(a, v) = E sigmoid(f), f ~ N(a, v):
 
@@ -126,7 +140,7 @@ class Logistic(Bernoulli, PolyaGamma):
         log_big = jnp.log(self._proba_laguerre(jnp.where(pos, a, jnp.where(tilt, -(a + v), 0.0)),
                                                v))
         up, flip = log_big, a + 0.5 * v + log_big
-        x, w = base.laguerre_nodes()
+        x, w = laguerre_nodes()
         an = jnp.where(pos | tilt, -1.0, a)[..., None]
         vv = v[..., None]
         log_terms = (jnp.log(w) + jax.nn.log_sigmoid(x) - 0.5 * (x + an) ** 2 / vv
@@ -141,25 +155,30 @@ class Probit(Bernoulli):
 
     log_concave = True  # log Phi is concave ([Rasmussen2006], Sec. 3.4)
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         return log_ndtr(y * f)
 
     def _ratio(self, z):
         """N(z) / Phi(z), stable for very negative z."""
         return jnp.exp(-0.5 * z**2 - 0.5 * _LOG_2PI - log_ndtr(z))
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return y * self._ratio(y * f)
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         z = y * f
         r = self._ratio(z)
         return -r * (r + z)  # R&W eq. 3.16 with y^2 = 1
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, " n"], var: Float[Array, " n"]
+                     ) -> Float[Array, " n"]:
         return ndtr(mean / jnp.sqrt(1.0 + var))  # int Phi(f) N(f|m,v) df = Phi(m / sqrt(1+v))
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                            var: Float[Array, " n"]) -> Float[Array, " n"]:
         """log Phi(y m / sqrt(1 + v)) (log_ndtr: finite for any finite m, v)."""
         y = jnp.where(jnp.asarray(y) > 0, 1.0, -1.0)  # as the default: {0, 1} labels too
         return log_ndtr(y * mean / jnp.sqrt(1.0 + var))
@@ -177,10 +196,13 @@ class BayesianSVM(Bernoulli, ScaleMixture):
 
     normalised = False
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         return -2.0 * jnp.maximum(1.0 - y * f, 0.0)
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                                 var: Float[Array, " n"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """-2 E[max(u, 0)], u = 1 - y f ~ N(mu, var): E[u_+] = mu Phi(mu / s) + s phi(mu / s)
         (closed form; Gauss-Hermite over the hinge was off by ~1e-2 at var = 2)."""
         mu = 1.0 - y * mean
@@ -190,18 +212,20 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         e_plus = mu * ndtr(z) + s * jnp.exp(-0.5 * z**2 - 0.5 * _LOG_2PI)
         return -2.0 * jnp.where(pos, e_plus, jnp.maximum(mu, 0.0))
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return jax.nn.sigmoid(self.log_prob(1.0, f) - self.log_prob(-1.0, f))
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, " n"], var: Float[Array, " n"]
+                     ) -> Float[Array, " n"]:
         """int p(y = +1 | f) N(f | mean, var) df: Gauss-Legendre split at the kinks f = +-1
         and at f = 0, where p(y = +1 | f) = sigmoid(4 f) is steepest (``kinked_expectation``;
         ~1e-12, where 100-node Gauss-Hermite was off by up to 1.4e-4)."""
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean, float), jnp.asarray(var, float))
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
-        return base.kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
+        return kinked_expectation(self.conditional_mean, mean, var, kinks, 20)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                            var: Float[Array, " n"]) -> Float[Array, " n"]:
         """log int p(y | f) N(f | mean, var) df, p(y | f) = sigmoid(y (log L(+1 | f) -
         log L(-1 | f))), by ``kinked_expectation`` in log space (logsumexp: finite for any
         finite mean and variance, where the log of ``predict_proba`` underflowed)."""
@@ -210,21 +234,25 @@ class BayesianSVM(Bernoulli, ScaleMixture):
         kinks = jnp.broadcast_to(jnp.asarray([-1.0, 0.0, 1.0]), mean.shape + (3,))
         yy = y[..., None, None]
         log_p = lambda f: jax.nn.log_sigmoid(yy * (self.log_prob(1.0, f) - self.log_prob(-1.0, f)))
-        return base.kinked_expectation(log_p, mean, var, kinks, 20, log=True)
+        return kinked_expectation(log_p, mean, var, kinks, 20, log=True)
 
-    def super_gaussian(self, y):
+    def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         return SuperGaussianForm(-1.0, y, 1.0, -y)
 
-    def log_phi(self, y, t):
-        return -base.sqrt_floor(t)
+    def log_phi(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+               ) -> Float[Array, "*batch"]:
+        return -sqrt_floor(t)
 
-    def log_mixing_density(self, y, w):
+    def log_mixing_density(self, y: Shaped[Array, "*batch"], w: Float[Array, "*batch"]
+                          ) -> Float[Array, "*batch"] | None:
         """Levy: InvGamma(1/2, scale 1/4), whose Laplace transform is e^{-sqrt t}."""
-        return base.log_inv_gamma(w, 0.5, 0.25)
+        return log_inv_gamma(w, 0.5, 0.25)
 
-    def omega_mean(self, y, t):
-        return 0.5 / base.sqrt_floor(t)
+    def omega_mean(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                  ) -> Float[Array, "*batch"]:
+        return 0.5 / sqrt_floor(t)
 
-    def sample_omega(self, key, y, t):
+    def sample_omega(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                    ) -> Float[Array, "*batch"]:
         # e^{-sqrt t} = E e^{-t w}, w ~ Levy(1/2); tilted: inverse Gaussian(1 / (2c), 1/2)
-        return samplers.inverse_gaussian(key, 0.5 / base.sqrt_floor(t), 0.5)
+        return samplers.inverse_gaussian(key, 0.5 / sqrt_floor(t), 0.5)

@@ -10,12 +10,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln, xlogy
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree, Shaped
 
 from augmentedgp.augmentation import log_cosh_sqrt, samplers, tanh_ratio
 from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, SuperGaussianForm
-from augmentedgp.core.params import Parameter
-from augmentedgp.core.validation import check_positive, require_finite
-from augmentedgp.likelihoods.base import Likelihood, count_targets, scalar_positive
+from augmentedgp.core.params import Parameter, scalar_positive
+from augmentedgp.core.validation import check_counts, check_positive, require_finite
+from augmentedgp.likelihoods.base import Likelihood
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -35,32 +36,38 @@ class Poisson(Likelihood):
         self.binsize = check_positive(binsize, "binsize")
         self.integer = bool(integer)
 
-    def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name, integer=self.integer)
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
+        return check_counts(y, name, integer=self.integer)
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         # y log(b e^f) - b e^f - log y!
         return y * (f + math.log(self.binsize)) - self.binsize * jnp.exp(f) - gammaln(y + 1.0)
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return y - self.binsize * jnp.exp(f)
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return jnp.broadcast_to(-self.binsize * jnp.exp(f),
                                 jnp.broadcast_shapes(jnp.shape(y), jnp.shape(f)))
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                                 var: Float[Array, " n"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         # E[e^f] = exp(m + v/2) (lognormal mean)
         return (y * (mean + math.log(self.binsize)) - self.binsize * jnp.exp(mean + 0.5 * var)
                 - gammaln(y + 1.0))
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.binsize * jnp.exp(f)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.binsize * jnp.exp(f)
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, " n"], var: Float[Array, " n"], n: int | None = None
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         # E[y] = b e^{m + v/2}; Var[y] = E[y] + b^2 (e^v - 1) e^{2m + v}, in log space
         # (log(e^v - 1) = v + log1p(-e^{-v})): finite wherever the true value is; a value
         # beyond float64 raises on concrete input (under jit it is inf: models check it)
@@ -92,40 +99,47 @@ class LogisticPoisson(Likelihood, Augmented):
     def __init__(self, rate=1.0):
         self.rate = scalar_positive(rate, "Poisson maximum rate")
 
-    def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name)
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
+        return check_counts(y, name)
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         lam = self.rate.value
         return (y * (jnp.log(lam) + jax.nn.log_sigmoid(f)) - lam * jax.nn.sigmoid(f)
                 - gammaln(y + 1.0))
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.rate.value * jax.nn.sigmoid(f)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.rate.value * jax.nn.sigmoid(f)
 
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                      var: Float[Array, " n"]) -> tuple:
         c2 = mean**2 + var
         return PoissonTilt(c2, jnp.exp(jnp.log(self.rate.value) - 0.5 * mean - _LOG_2
                                        - log_cosh_sqrt(c2)))
 
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, " n"], q_aux: tuple
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         b = y + q_aux.n_mean
         return 0.5 * (y - q_aux.n_mean), b * tanh_ratio(jnp.sqrt(q_aux.c2))
 
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, " n"], f: Float[Array, "*batch"]
+                  ) -> PyTree[Array]:
         """n ~ Po(rate sigmoid(-f)), then w ~ PG(y + n, |f|) / 2 (sigma(-f), not the sigma(f)
         printed in [Galy-Fajou2019, Sec. 3.2])."""
         kn, kw = jax.random.split(key)
         n = jax.random.poisson(kn, self.rate.value * jax.nn.sigmoid(-f)).astype(f.dtype)
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, y + n, f))
 
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, " n"], aux: PyTree[Array]
+             ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         return 0.5 * (y - aux.n), 2.0 * aux.w
 
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                               var: Float[Array, " n"], q_aux: tuple | None = None
+                              ) -> Float[Array, " n"]:
         """E_q[log p(y, n, w | f)] - E_q[log q(n, w)] (the n-prior depends on f, so it is
         in the first term); at the optimal q equal to
         y m / 2 - y log(2 cosh(c/2)) + y log rate - rate - log y! + E[n]."""
@@ -159,31 +173,37 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         self.r = scalar_positive(r, "negative-binomial dispersion r")
         self.integer = bool(integer)
 
-    def check_targets(self, y, name: str = "y"):
-        return count_targets(y, name, integer=self.integer)
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
+        return check_counts(y, name, integer=self.integer)
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         r = self.r.value
         return (gammaln(y + r) - gammaln(r) - gammaln(y + 1.0)
                 + y * jax.nn.log_sigmoid(f) + r * jax.nn.log_sigmoid(-f))
 
-    def grad_log_prob(self, y, f):
+    def grad_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return y * jax.nn.sigmoid(-f) - self.r.value * jax.nn.sigmoid(f)
 
-    def hess_log_prob(self, y, f):
+    def hess_log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                     ) -> Float[Array, "*batch"]:
         return -(y + self.r.value) * jax.nn.sigmoid(f) * jax.nn.sigmoid(-f)
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                                 var: Float[Array, " n"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         # 20 nodes leave ~1e-7 at var = 2; 64 nodes ~1e-13 up to var = 2, ~1e-10 at var = 4
         return super().variational_expectations(y, mean, var, 64 if n is None else n)
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.r.value * jnp.exp(f)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         return self.r.value * jnp.exp(f) * (1.0 + jnp.exp(f))  # mu + mu^2 / r
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, " n"], var: Float[Array, " n"], n: int | None = None
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         # E[y] = r e^{m + v/2}; Var[y] = E[y] + r (r + 1) e^{2m + 2v} - E[y]^2
         r = self.r.value  # in log space as Poisson's: e^v (1 + 1/r) - 1 = e^v (1 + 1/r - e^-v)
         log_ey = jnp.log(r) + mean + 0.5 * var
@@ -192,12 +212,12 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         return require_finite("NegativeBinomial predict_y: the predictive mean or variance",
                               ey, ey + extra)
 
-    def super_gaussian(self, y):
+    def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         """sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2} cosh(f / 2)^{-(y + r)}."""
         r = self.r.value
         log_c = gammaln(y + r) - gammaln(r) - gammaln(y + 1.0) - (y + r) * _LOG_2
         return SuperGaussianForm(log_c, 0.5 * (y - r), 0.0, 1.0)
 
-    def pg_b(self, y):
+    def pg_b(self, y: Shaped[Array, "*batch"]) -> Float[Array, "*batch"] | float:
         """b = y + r."""
         return y + self.r.value

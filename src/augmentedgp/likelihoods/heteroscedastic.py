@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import digamma, gammaln, xlogy
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree, Shaped
 
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
@@ -21,7 +22,8 @@ from augmentedgp.core.quadrature import (
     panel_log_gauss_legendre,
 )
 from augmentedgp.core.validation import is_concrete
-from augmentedgp.likelihoods.base import MultiLatent, log_2cosh_half
+from augmentedgp.likelihoods.base import MultiLatent
+from augmentedgp.likelihoods.numerics import log_2cosh_half
 from augmentedgp.likelihoods.robust import (
     check_finite_variance,
     expected_log1p_square,
@@ -146,21 +148,24 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
     def num_latent(self) -> int:
         return 2
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]
+                ) -> Float[Array, "*batch"]:
         f, g = f[..., 0], f[..., 1]
         lam = self.precision.value
         return 0.5 * (jnp.log(lam) + jax.nn.log_sigmoid(g) - _LOG_2PI) - 0.5 * lam * (
             jax.nn.sigmoid(g) * (y - f) ** 2)
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch"]:
         """E[y | f, g] = f."""
         return f[..., 0]
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch"]:
         """Var[y | f, g] = 1 / (precision sigmoid(g))."""
         return 1.0 / (self.precision.value * jax.nn.sigmoid(f[..., 1]))
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                                 var: Float[Array, "n C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """Exact in f; Gauss-Hermite in g (``n`` nodes, None: 20)."""
         n = 20 if n is None else n
         mf, vf, mg, vg = _split(mean, var)
@@ -169,7 +174,8 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         term = lambda g: 0.5 * jax.nn.log_sigmoid(g) - 0.5 * lam * e[..., None] * jax.nn.sigmoid(g)
         return 0.5 * (jnp.log(lam) - _LOG_2PI) + gauss_hermite(term, mg, vg, n)
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, "n C"], var: Float[Array, "n C"], n: int | None = None
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """Mean and variance of y: E f and V f + E[1 / (precision sigmoid(g))], the latter
         (1 + e^{-m_g + v_g / 2}) / precision in closed form (``n`` is not used)."""
         mf, vf, mg, vg = _split(mean, var)
@@ -182,7 +188,8 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
                                      "= 1 / precision", mg, vg)
         return mf, vy
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                            var: Float[Array, "n C"]) -> Float[Array, " n"]:
         """log int N(y | m_f, v_f + 1 / (precision sigmoid(g))) q(g) dg: finite for any
         finite moments. Gauss-Hermite in log space on q(g), and adaptive Gauss-Hermite
         around the mode in g (``core.quadrature.adaptive_log_gauss_hermite``) where the residual
@@ -213,33 +220,39 @@ class HeteroscedasticGaussian(MultiLatent, Augmented):
         far = r2 > 1e4 * (vf + (1.0 + jnp.exp(jnp.minimum(-mg, 700.0))) / lam)
         return jnp.where(far, adaptive, plain)
 
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                      var: Float[Array, "n C"]) -> tuple:
         mf, vf, mg, vg = _split(mean, var)
         c2 = mg**2 + vg
         psi = _psi(mg, c2)
         return HeteroTilt(c2, 0.5 * self.precision.value * ((y - mf) ** 2 + vf) * psi, psi)
 
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, " n"], q_aux: tuple
+                 ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         return _sites(y, self.precision.value * (1.0 - q_aux.psi), q_aux.n_mean, q_aux.c2)
 
     # f and g are not independent given (n, w): Gibbs draws f | g (n, w integrated out),
     # then (n, w) | f, g, then g | n, w ([Galy-Fajou2022, Algorithm 2], collapsed in f)
     gibbs_joint = False
 
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, " n"], f: Float[Array, "*batch C"]
+                  ) -> PyTree[Array]:
         """n ~ Po(precision sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2
         ([Galy-Fajou2022, Sec. 7.2.1, Algorithm 2])."""
         f, g = f[..., 0], f[..., 1]
         lam = self.precision.value
         return _draw_counts(key, 0.5 * lam * (y - f) ** 2, g, lam * jax.nn.sigmoid(g))
 
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, " n"], aux: PyTree[Array]
+             ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         """f: precision * sigmoid(g) on y (exact, collapsed over n and w; y, not the
         y / 2 printed in [Galy-Fajou2022, Algorithm 2]);
         g: beta = (1/2 - n) / 2, gamma = PG draw."""
         return _draw_sites(y, aux)
 
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                               var: Float[Array, "n C"], q_aux: tuple | None = None
+                              ) -> Float[Array, " n"]:
         """The double bound at the optimal q(n, w) (class docstring), or at ``q_aux``:
         q(n) = Po(n_mean), q(w | n) = PG(1/2 + n, c) / 2. With rho = precision E / 2,
         mu = n_mean and E[w] = (1/2 + mu) tanh(c/2) / (4c), it is log(precision / 2 pi) / 2
@@ -302,13 +315,14 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu)
                 + 0.5 * (jnp.log(self.precision.value) - jnp.log(math.pi * nu)))
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]
+                ) -> Float[Array, "*batch"]:
         f, g = f[..., 0], f[..., 1]
         nu, lam = self.df.value, self.precision.value
         return self._log_norm() + 0.5 * jax.nn.log_sigmoid(g) - 0.5 * (nu + 1.0) * jnp.log1p(
             lam * jax.nn.sigmoid(g) * (y - f) ** 2 / nu)
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch"]:
         """E[y | f, g] = f."""
         return f[..., 0]
 
@@ -317,11 +331,13 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         nu = self.df.value
         return jnp.where(nu > 2.0, nu / jnp.where(nu > 2.0, nu - 2.0, 1.0), jnp.inf)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch"]:
         """Var[y | f, g] = df / ((df - 2) precision sigmoid(g)) (inf for df <= 2)."""
         return self._variance_factor() / (self.precision.value * jax.nn.sigmoid(f[..., 1]))
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                                 var: Float[Array, "n C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """Exact in f for each g (:func:`~augmentedgp.likelihoods.robust.expected_log1p_square`,
         accurate for any v_f), Gauss-Hermite in g (``n`` nodes, None: 20)."""
         n = 20 if n is None else n
@@ -336,7 +352,8 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
 
         return self._log_norm() + gauss_hermite(term, mg, vg, n)
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, "n C"], var: Float[Array, "n C"], n: int | None = None
+                 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """Mean and variance of y: E f and V f + df / (df - 2) E[1 / (precision sigmoid(g))],
         the latter df / (df - 2) (1 + e^{-m_g + v_g / 2}) / precision in closed form (``n``
         is not used)."""
@@ -350,7 +367,8 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
                                      mg, vg)
         return mf, vy
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                            var: Float[Array, "n C"]) -> Float[Array, " n"]:
         """log int int p(y | f, g) q(f) q(g): for each g the f-integral is the Student-t
         convolved with q(f) (:func:`~augmentedgp.likelihoods.robust.student_t_log_predictive`,
         accurate for any residual and v_f); the g-integral by Gauss-Legendre panels
@@ -388,7 +406,8 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         flat = [a.reshape(-1) for a in (d2, vf, mg, vg)]
         return lax.map(point, flat, batch_size=64).reshape(mf.shape)
 
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                      var: Float[Array, "n C"]) -> tuple:
         mf, vf, mg, vg = _split(mean, var)
         nu, lam = self.df.value, self.precision.value
         c2 = mg**2 + vg
@@ -398,7 +417,8 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         rate = 0.5 * nu + 0.5 * lam * e * (1.0 - psi)
         return HeteroStudentTilt(c2, 0.5 * lam * (shape / rate) * e * psi, psi, shape, rate)
 
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, " n"], q_aux: tuple
+                 ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         e_u = q_aux.u_shape / q_aux.u_rate
         return _sites(y, self.precision.value * e_u * (1.0 - q_aux.psi), q_aux.n_mean, q_aux.c2)
 
@@ -406,7 +426,8 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
     # heteroscedastic Gaussian
     gibbs_joint = False
 
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, " n"], f: Float[Array, "*batch C"]
+                  ) -> PyTree[Array]:
         """u ~ Ga((df + 1)/2, df/2 + tau (y - f)^2 / 2) (f, g given; n, w integrated out),
         then n ~ Po(precision u sigmoid(-g) (y - f)^2 / 2), w ~ PG(1/2 + n, |g|) / 2."""
         f, g = f[..., 0], f[..., 1]
@@ -417,12 +438,15 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
         u = jax.random.gamma(ku, shape) / (0.5 * nu + 0.5 * lam * jax.nn.sigmoid(g) * r2)
         return _draw_counts(kn, 0.5 * lam * u * r2, g, lam * u * jax.nn.sigmoid(g))
 
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, " n"], aux: PyTree[Array]
+             ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         """f: precision * u * sigmoid(g) on y (collapsed over n and w); g: beta = (1/2 - n) / 2,
         gamma = PG draw."""
         return _draw_sites(y, aux)
 
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                               var: Float[Array, "n C"], q_aux: tuple | None = None
+                              ) -> Float[Array, " n"]:
         """The double bound at the optimal q(u) q(n, w) (class docstring), or at ``q_aux``:
         log(precision / 2 pi) / 2 + E[log u] / 2 - KL(q(u) || Ga(df/2, df/2)) plus the
         heteroscedastic Gaussian's g part at Poisson rate precision E[u] E / 2."""

@@ -12,14 +12,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import log_ndtr, logsumexp, xlogy
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree, Shaped
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import samplers
 from augmentedgp.augmentation.protocol import Augmented, CountAux, tanh_ratio
 from augmentedgp.core.params import Parameter, fixed, positive
-from augmentedgp.core.quadrature import gauss_hermite
+from augmentedgp.core.quadrature import (
+    gauss_hermite,
+    kinked_expectation,
+    mc_expectation,
+    qmc_normal,
+)
 from augmentedgp.core.validation import check_int, check_vector, unique_labels
 from augmentedgp.likelihoods.base import MultiLatent
+from augmentedgp.likelihoods.numerics import log_2cosh_half
 
 _LOG_2 = math.log(2.0)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -41,10 +47,10 @@ class Categorical(MultiLatent):
     def num_latent(self) -> int:
         return len(self.classes)
 
-    def targets(self, y, n: int, name: str = "y"):
+    def targets(self, y: ArrayLike, n: int, name: str = "y") -> Shaped[ArrayLike, " n"]:
         return self.check_targets(check_vector(y, n, name), name)
 
-    def check_targets(self, y, name: str = "y"):
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         """Class codes 0..C-1 of the labels ``y``."""
         arr = np.asarray(y)
         if arr.ndim != 1:
@@ -62,27 +68,30 @@ class Categorical(MultiLatent):
         return np.asarray([code[v] for v in values.tolist()], dtype=np.int64)[inverse.ravel()]
 
     @abc.abstractmethod
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, "n C"], var: Float[Array, "n C"]
+                     ) -> Float[Array, "n C"]:
         """p(y = k | data) for each class, (n, C), integrated over q(f)."""
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch C"]:
         """p(y = k | f) for each class k, (..., C): the mean of the class indicators."""
         codes = jnp.arange(self.num_latent)
         return jax.vmap(lambda k: jnp.exp(self.log_prob(jnp.full(jnp.shape(f)[:-1], k), f)),
                         out_axes=-1)(codes)
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch C"]) -> Float[Array, "*batch C"]:
         """p (1 - p) for each class, (..., C): the variance of the class indicators."""
         p = self.conditional_mean(f)
         return p * (1.0 - p)
 
-    def predict_y(self, mean, var, n: int | None = None):
+    def predict_y(self, mean: Float[Array, "n C"], var: Float[Array, "n C"], n: int | None = None
+                 ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         """Class probabilities p and their variances p (1 - p), each (n, C) (``n`` is not
         used)."""
         p = self.predict_proba(mean, var)
         return p, p * (1.0 - p)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                            var: Float[Array, "n C"]) -> Float[Array, " n"]:
         """log p(y | data) per point: the log of ``predict_proba`` at the label (subclasses
         with a log-space form override this: finite where that probability underflows)."""
         p = self.predict_proba(mean, var)
@@ -91,10 +100,10 @@ class Categorical(MultiLatent):
 
 def _row_log_expectation(log_fn, y, mean, var, n_samples: int):
     """log E[exp(log_fn(f_i, y_i))] for f_i ~ N(mean_i, diag var_i), per row i, over the
-    quasi-Monte Carlo points of ``base.mc_expectation`` (the same points: the log of that
+    quasi-Monte Carlo points of ``mc_expectation`` (the same points: the log of that
     estimate) with logsumexp, so no underflow where the expectation is below 1e-308.
     ``log_fn`` maps (S, C) latent vectors and a label to (S,)."""
-    eps = jnp.asarray(base.qmc_normal(n_samples, mean.shape[-1]), mean.dtype)
+    eps = jnp.asarray(qmc_normal(n_samples, mean.shape[-1]), mean.dtype)
     row = lambda a: logsumexp(log_fn(a[1] + jnp.sqrt(a[2]) * eps, a[0]), axis=0)
     return lax.map(row, (y, mean, var), batch_size=32) - math.log(n_samples)
 
@@ -161,50 +170,59 @@ class LogisticSoftmax(Categorical, Augmented):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
+        self.num_samples = check_int(num_samples, "num_samples")
+        self.predict_samples = check_int(predict_samples, "predict_samples")
 
     @staticmethod
     def _log_probs(F):
         ls = jax.nn.log_sigmoid(F)
         return ls - logsumexp(ls, axis=-1, keepdims=True)
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]
+                ) -> Float[Array, "*batch"]:
         return jnp.take_along_axis(self._log_probs(f), jnp.asarray(y)[..., None], -1)[..., 0]
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                                 var: Float[Array, "n C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """E[log sigmoid(f_y)] by Gauss-Hermite (``n`` nodes, None: 20), E[log sum_c
         sigmoid(f_c)] by Monte Carlo."""
         n = 20 if n is None else n
         pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
         first = gauss_hermite(jax.nn.log_sigmoid, pick(mean), pick(var), n)
         lse = lambda F: logsumexp(jax.nn.log_sigmoid(F), axis=-1)
-        return first - base.mc_expectation(lse, mean, var, self.num_samples, key)
+        return first - mc_expectation(lse, mean, var, self.num_samples, key)
 
-    def predict_proba(self, mean, var):
-        return base.mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
-                               self.predict_samples)
+    def predict_proba(self, mean: Float[Array, "n C"], var: Float[Array, "n C"]
+                     ) -> Float[Array, "n C"]:
+        return mc_expectation(lambda F: jnp.exp(self._log_probs(F)), mean, var,
+                              self.predict_samples)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                            var: Float[Array, "n C"]) -> Float[Array, " n"]:
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
         computed in log space (finite where p(y | data) underflows)."""
         y = jnp.asarray(y)
         log_fn = lambda F, k: self._log_probs(F)[..., k]
         return _row_log_expectation(log_fn, y, mean, var, self.predict_samples)
 
-    def aux_posterior(self, y, mean, var):
+    def aux_posterior(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                      var: Float[Array, "n C"]) -> tuple:
         c2 = mean**2 + var
         # psi: the "sigma~" of [Galy-Fajou2022, Sec. 7.4.2, Algorithm 5], corrected
-        psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
+        psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
         return SoftmaxTilt(c2, psi / (self.num_latent - jnp.sum(psi, -1, keepdims=True)))
 
-    def aux_sites(self, y, q_aux):
+    def aux_sites(self, y: Shaped[Array, " n"], q_aux: tuple
+                 ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         """beta^c = (y^c - E n^c) / 2, gamma^c = E[w^c] = (y^c + E n^c) tanh(c/2) / (2c)
         ([Galy-Fajou2022, Sec. 7.4.2, Algorithm 5]; with lambda kept, the updates of
         [Galy-Fajou2019, Algorithm 1], re-derived from the conditionals of its Sec. 3.2)."""
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         return 0.5 * (Y - q_aux.n_mean), (Y + q_aux.n_mean) * tanh_ratio(jnp.sqrt(q_aux.c2))
 
-    def sample_aux(self, key, y, f):
+    def sample_aux(self, key: PRNGKeyArray, y: Shaped[Array, " n"], f: Float[Array, "*batch C"]
+                  ) -> PyTree[Array]:
         """(n, w) ~ p(n, w | y, F) ([Galy-Fajou2022, Sec. 7.4.2, Algorithm 4]): the negative
         multinomial n is drawn through lambda ~ Exp(sum_c sigmoid(f_c)) (n integrated out: each
         exp(-lambda sigmoid(f_c)) is the n^c series), n^c ~ Po(lambda sigmoid(-f_c)), then
@@ -215,12 +233,15 @@ class LogisticSoftmax(Categorical, Augmented):
         Y = jax.nn.one_hot(y, self.num_latent, dtype=f.dtype)
         return CountAux(n, 0.5 * samplers.polya_gamma(kw, Y + n, f))
 
-    def sites(self, y, aux):
+    def sites(self, y: Shaped[Array, " n"], aux: PyTree[Array]
+             ) -> tuple[Float[Array, "n C"], Float[Array, "n C"]]:
         """beta^c = (y^c - n^c) / 2, gamma^c = PG draw ([Galy-Fajou2022, Algorithm 4])."""
         Y = jax.nn.one_hot(y, self.num_latent, dtype=aux.w.dtype)
         return 0.5 * (Y - aux.n), 2.0 * aux.w
 
-    def augmented_expectations(self, y, mean, var, q_aux=None):
+    def augmented_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                               var: Float[Array, "n C"], q_aux: tuple | None = None
+                              ) -> Float[Array, " n"]:
         """The augmented data term at the optimal q(n, w) (see the class docstring), or at
         ``q_aux``: q(n) negative multinomial (r = 1) with means n_mean, q(w^c | n) =
         PG(y^c + n^c, c_c) / 2. With mu = n_mean, M = sum_c mu_c and E[w^c] =
@@ -230,15 +251,15 @@ class LogisticSoftmax(Categorical, Augmented):
         lambda integrated out, minus log q(n))."""
         if q_aux is None:
             c2 = mean**2 + var
-            psi = jnp.exp(-0.5 * mean - base.log_2cosh_half(c2))
+            psi = jnp.exp(-0.5 * mean - log_2cosh_half(c2))
             pick = lambda a: jnp.take_along_axis(a, jnp.asarray(y)[:, None], 1)[:, 0]
-            return (0.5 * pick(mean) - base.log_2cosh_half(pick(c2))
+            return (0.5 * pick(mean) - log_2cosh_half(pick(c2))
                     - jnp.log(jnp.sum(1.0 - psi, axis=-1)))
         Y = jax.nn.one_hot(y, self.num_latent, dtype=q_aux.c2.dtype)
         mu = q_aux.n_mean
         e_w = 0.5 * (Y + mu) * tanh_ratio(jnp.sqrt(q_aux.c2))
         per_class = (0.5 * (Y - mu) * mean - e_w * (mean**2 + var - q_aux.c2)
-                     - (Y + mu) * base.log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
+                     - (Y + mu) * log_2cosh_half(q_aux.c2) - xlogy(mu, mu))
         m1 = jnp.sum(mu, -1) + 1.0
         return jnp.sum(per_class, -1) + m1 * (jnp.log(m1) - math.log(self.num_latent))
 
@@ -252,22 +273,28 @@ class Softmax(Categorical):
 
     def __init__(self, classes, *, num_samples: int = 100, predict_samples: int = 2048):
         super().__init__(classes)
-        self.num_samples, self.predict_samples = base.check_samples(num_samples, predict_samples)
+        self.num_samples = check_int(num_samples, "num_samples")
+        self.predict_samples = check_int(predict_samples, "predict_samples")
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]
+                ) -> Float[Array, "*batch"]:
         return jnp.take_along_axis(jax.nn.log_softmax(f, -1), jnp.asarray(y)[..., None],
                                    -1)[..., 0]
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                                 var: Float[Array, "n C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         pick = jnp.take_along_axis(mean, jnp.asarray(y)[:, None], 1)[:, 0]
         lse = lambda F: logsumexp(F, axis=-1)
-        return pick - base.mc_expectation(lse, mean, var, self.num_samples, key)
+        return pick - mc_expectation(lse, mean, var, self.num_samples, key)
 
-    def predict_proba(self, mean, var):
-        return base.mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
-                               self.predict_samples)
+    def predict_proba(self, mean: Float[Array, "n C"], var: Float[Array, "n C"]
+                     ) -> Float[Array, "n C"]:
+        return mc_expectation(lambda F: jax.nn.softmax(F, axis=-1), mean, var,
+                              self.predict_samples)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                            var: Float[Array, "n C"]) -> Float[Array, " n"]:
         """log p(y | data): the log of ``predict_proba``'s quasi-Monte Carlo estimate,
         computed in log space with log_softmax (finite where p(y | data) underflows)."""
         y = jnp.asarray(y)
@@ -299,7 +326,8 @@ class RobustMax(Categorical):
         eps = self.epsilon.value
         return jnp.log1p(-eps), jnp.log(eps / (self.num_latent - 1))
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]
+                ) -> Float[Array, "*batch"]:
         hit, miss = self._log_levels()
         return jnp.where(jnp.argmax(f, -1) == jnp.asarray(y), hit, miss)
 
@@ -315,15 +343,18 @@ class RobustMax(Categorical):
             return jnp.exp(jnp.sum(jnp.where(others[:, None, None, :], log_phi, 0.0), -1))
 
         rises = (mean[..., None] + s[..., None] * jnp.asarray([-6.0, 0.0, 6.0]))
-        return base.kinked_expectation(product, pick(mean), pick(var),
+        return kinked_expectation(product, pick(mean), pick(var),
                                   rises.reshape(mean.shape[0], -1), self.n_points)
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, "n C"],
+                                 var: Float[Array, "n C"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         P = self._argmax_prob(jnp.asarray(y), mean, var)
         hit, miss = self._log_levels()
         return P * hit + (1.0 - P) * miss
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: Float[Array, "n C"], var: Float[Array, "n C"]
+                     ) -> Float[Array, "n C"]:
         codes = jnp.arange(self.num_latent)
         P = jax.vmap(lambda k: self._argmax_prob(jnp.full(mean.shape[:1], k), mean, var),
                      out_axes=1)(codes)

@@ -9,12 +9,13 @@ from collections.abc import Callable, Mapping
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
-import augmentedgp.likelihoods.base as base
 from augmentedgp.augmentation import inversion
 from augmentedgp.augmentation.protocol import ScaleMixture, SuperGaussianForm
 from augmentedgp.core.params import Parameter, positive
-from augmentedgp.core.validation import check_binary, check_finite, is_concrete
+from augmentedgp.core.quadrature import kinked_expectation
+from augmentedgp.core.validation import check_binary, check_counts, check_finite, is_concrete
 from augmentedgp.likelihoods.base import Likelihood
 
 _SUPPORTS = ("real", "binary", "counts")
@@ -105,22 +106,24 @@ class SuperGaussian(Likelihood, ScaleMixture):
     def _values(self) -> dict:
         return {k: p.value for k, p in self.params.items()}
 
-    def check_targets(self, y, name: str = "y"):
+    def check_targets(self, y: ArrayLike, name: str = "y") -> Shaped[ArrayLike, " n"]:
         if self.support == "binary":
             return check_binary(y, name)
         if self.support == "counts":
-            return base.count_targets(y, name)
+            return check_counts(y, name)
         return check_finite(y, name)
 
-    def super_gaussian(self, y):
+    def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         p = self._values()
         shape = jnp.shape(y)
         return SuperGaussianForm(*(jnp.broadcast_to(fn(y, **p), shape) for fn in self.form))
 
-    def log_phi(self, y, t):
+    def log_phi(self, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+               ) -> Float[Array, "*batch"]:
         return self.log_phi_fn(t, **self._values())
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch"]
+                ) -> Float[Array, "*batch"]:
         s = self.super_gaussian(y)
         return s.log_c + s.g * f + self.log_phi(y, (s.a + s.b * f) ** 2)
 
@@ -131,18 +134,21 @@ class SuperGaussian(Likelihood, ScaleMixture):
         b = jnp.where(s.b == 0.0, 1.0, s.b)
         return jnp.where(s.b == 0.0, 1e300, -s.a / b)[..., None]
 
-    def variational_expectations(self, y, mean, var, n: int | None = None, key=None):
+    def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                                 var: Float[Array, " n"], n: int | None = None,
+                                 key: PRNGKeyArray | None = None) -> Float[Array, " n"]:
         """Gauss-Legendre panels split at h = 0 (``kinked_expectation``, ``n`` nodes per
         panel, None: 20)."""
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20 if n is None else n)
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
+                                  var, self._kink(y), 20 if n is None else n)
 
-    def predictive_log_prob(self, y, mean, var):
+    def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
+                            var: Float[Array, " n"]) -> Float[Array, " n"]:
         """log int p(y | f) N(f | mean, var) df, Gauss-Legendre split at h = 0."""
-        return base.kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
-                                       var, self._kink(y), 20, log=True)
+        return kinked_expectation(lambda f: self.log_prob(y[..., None, None], f), mean,
+                                  var, self._kink(y), 20, log=True)
 
-    def conditional_mean(self, f):
+    def conditional_mean(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         if self.mean_fn is not None:
             return self.mean_fn(f, **self._values())
         if self.support == "binary":
@@ -150,7 +156,7 @@ class SuperGaussian(Likelihood, ScaleMixture):
         raise ValueError(f"{self.name}: E[y | f] is not known; pass mean=fn(f, **params) "
                          "(and variance=) to SuperGaussian to predict y")
 
-    def conditional_variance(self, f):
+    def conditional_variance(self, f: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         if self.variance_fn is not None:
             return self.variance_fn(f, **self._values())
         if self.support == "binary":
@@ -159,7 +165,8 @@ class SuperGaussian(Likelihood, ScaleMixture):
         raise ValueError(f"{self.name}: Var[y | f] is not known; pass variance=fn(f, **params)"
                          " to SuperGaussian to predict y")
 
-    def sample_omega(self, key, y, t):
+    def sample_omega(self, key: PRNGKeyArray, y: Shaped[Array, "*batch"], t: Float[Array, "*batch"]
+                    ) -> Float[Array, "*batch"]:
         """w ~ pi(w | t): ``sample_omega`` if given, else the numerical inversion."""
         if self.sampler is not None:
             return self.sampler(key, t, **self._values())

@@ -1,5 +1,6 @@
 """GP models and their posteriors: the exact/Laplace/EP ``GP`` (with its site
-approximations), ``SGPR``, ``SVGP``/``VGP``, the Gibbs-sampled ``MCGP``; inducing-point
+approximations), the collapsed sparse GPs (``SGPR``, ``DTC``, ``FITC``, ``TaylorSGPR``; base
+``CollapsedSparseGP``), ``SVGP``/``VGP``, the Gibbs-sampled ``MCGP``; inducing-point
 selection."""
 
 from augmentedgp.models import inducing
@@ -7,7 +8,18 @@ from augmentedgp.models.approximations import EP, Exact, Laplace
 from augmentedgp.models.gp import GP
 from augmentedgp.models.mcgp import MCGP, MCPosterior
 from augmentedgp.models.sites import Predictive, SitePosterior
-from augmentedgp.models.sparse import SGPR, SVGP, VGP, SparsePosterior, TaylorPoint
+from augmentedgp.models.sparse import (
+    DTC,
+    FITC,
+    SGPR,
+    SVGP,
+    VGP,
+    CollapsedSparseGP,
+    SparsePosterior,
+    TaylorPoint,
+    TaylorSGPR,
+)
 
-__all__ = ["GP", "SGPR", "SVGP", "VGP", "MCGP", "Exact", "Laplace", "EP", "Predictive",
-           "SitePosterior", "SparsePosterior", "MCPosterior", "TaylorPoint", "inducing"]
+__all__ = ["GP", "SGPR", "DTC", "FITC", "TaylorSGPR", "CollapsedSparseGP", "SVGP", "VGP", "MCGP",
+           "Exact", "Laplace", "EP", "Predictive", "SitePosterior", "SparsePosterior",
+           "MCPosterior", "TaylorPoint", "inducing"]

@@ -31,7 +31,7 @@ def _frozen(tree):
     return jax.tree_util.tree_map(lambda x: sg(x) if eqx.is_inexact_array(x) else x, tree)
 
 
-def check_settings(approximation, **settings):
+def check_settings(approximation: eqx.Module, **settings: float) -> None:
     """Check an approximation's iteration count and tolerance at construction (a positive
     integer, a real >= 0; ValueErrors name the setting) and store them as plain Python
     numbers (they are static fields)."""
@@ -44,7 +44,7 @@ def check_settings(approximation, **settings):
 class Exact(eqx.Module):
     """Exact GP regression (Gaussian likelihood)."""
 
-    def check(self, model):
+    def check(self, model) -> None:
         if not isinstance(model.likelihood, Gaussian):
             raise ValueError(
                 "Exact inference needs a Gaussian likelihood; use Laplace() or EP() for "
@@ -115,7 +115,7 @@ class Laplace(eqx.Module):
     def __post_init__(self):
         check_settings(self, max_iter=self.max_iter, tol=self.tol)
 
-    def check(self, model):
+    def check(self, model) -> None:
         lik = model.likelihood
         if not getattr(lik, "twice_differentiable", True):
             raise ValueError(
@@ -224,7 +224,7 @@ class EP(eqx.Module):
     def __post_init__(self):
         check_settings(self, max_sweeps=self.max_sweeps, tol=self.tol)
 
-    def check(self, model):
+    def check(self, model) -> None:
         if not isinstance(model.likelihood, Probit):
             name = type(model.likelihood).__name__
             raise ValueError(f"EP supports the Probit likelihood, not {name}")

@@ -52,10 +52,11 @@ class GP(eqx.Module):
         self.likelihood = likelihood
         self.mean = Zero() if mean is None else mean
 
-    def default_inference(self):
+    def default_inference(self) -> Exact | Laplace:
         return Exact() if isinstance(self.likelihood, Gaussian) else Laplace()
 
-    def resolve_inference(self, inference=None):
+    def resolve_inference(self, inference: Exact | Laplace | EP | None = None
+                         ) -> Exact | Laplace | EP:
         """The given inference method (or the default), checked against this model."""
         inference = inference or self.default_inference()
         inference.check(self)

@@ -68,7 +68,8 @@ class MCGP(eqx.Module):
         X = check_X(X, d=d)
         return jnp.asarray(X), jnp.asarray(self.likelihood.targets(y, X.shape[0]))
 
-    def priors(self, anchor, X):
+    def priors(self, anchor: Float[Array, "m d"], X: Float[Array, "n d"]
+              ) -> tuple[FullPrior | SparsePrior, bool]:
         """See :func:`latent_priors`."""
         return latent_priors(self, anchor, X)
 
@@ -86,7 +87,8 @@ class SparsePrior(NamedTuple):
     m0: jax.Array
 
 
-def latent_priors(model, anchor, X):
+def latent_priors(model, anchor: Float[Array, "m d"], X: Float[Array, "n d"]
+                 ) -> tuple[FullPrior | SparsePrior, bool]:
     """(stacked per-latent priors at X, whether they are per latent) of a model with
     ``kernel``, ``mean`` and the latent flags (MCGP, SVGP, VGP): kernel and mean evaluated
     once when shared. ``anchor`` is X (full) or Z (sparse)."""

@@ -20,6 +20,8 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import MAX_VALUES, check_int, check_key, check_X, require_finite
+from augmentedgp.kernels.covariance import Kernel
+from augmentedgp.likelihoods.base import Likelihood
 
 
 def check_moments(likelihood, mean: Float[Array, " n *C"], var: Float[Array, " n *C"]
@@ -99,11 +101,11 @@ class FittedPosterior(Predictive):
     model's."""
 
     @property
-    def kernel(self):
+    def kernel(self) -> Kernel:
         return self.model.kernel
 
     @property
-    def likelihood(self):
+    def likelihood(self) -> Likelihood:
         return self.model.likelihood
 
 

@@ -1,29 +1,31 @@
-"""Inducing-point GP models: SGPR (collapsed, with DTC and FITC), SVGP and VGP.
+"""Inducing-point GP models: the collapsed ones (SGPR, DTC, FITC, TaylorSGPR), SVGP and VGP.
 
 SVGP ([Hensman2013], [Hensman2015]) keeps q(u) explicit; its bound on a minibatch B of n
 points is  (n / |B|) sum_{i in B} E_{q(f_i)}[log p(y_i | f_i)] - KL(q(u) || p(u))
 (the minibatch estimate of [Hensman2013]). VGP is the non-sparse case Z = X ([Opper2009]).
-SGPR integrates u out for a Gaussian likelihood ([Titsias2009]):
+
+The collapsed models (base class ``CollapsedSparseGP``) integrate u out. ``SGPR`` is
+Titsias' bound for a Gaussian likelihood ([Titsias2009]):
 
     F = log N(y | m, Q + s2 I) - tr(K - Q) / (2 s2),    Q = Knm Kmm^-1 Kmn,
 
-DTC drops the trace term ([Seeger2003]) and FITC replaces s2 I by s2 I + diag(K - Q)
-([Snelson2006]; the names of [Quinonero-Candela2005]). All three give q(u) in closed form
-(with the per-point noise d: precision of v = Lmm^-1 u is I + A D^-1 A^T and
-theta1 = A D^-1 r). With an augmentable likelihood SGPR collapses the augmented bound
-given q(w) the same way: the sites (beta, gamma) are Gaussian, pseudo-targets beta / gamma
-with noise 1 / gamma (``SGPR.collapsed``; the Gaussian is the case w = 1). Method "taylor"
-collapses the second-order Taylor expansion of log p(y_i | f_i) at points xi_i instead (a
-Laplace-type approximation, [Rasmussen2006] Sec. 3.4, collapsed as [Izmailov2016] collapse
-the Jaakkola-Jordan bound): Gaussian sites again, but an approximate objective, not a
-bound (``SGPR``).
+``DTC`` drops the trace term ([Seeger2003]) and ``FITC`` replaces s2 I by
+s2 I + diag(K - Q) ([Snelson2006]; both names are [Quinonero-Candela2005]'s). All give
+q(u) in closed form: each writes its data term as Gaussian sites (beta, gamma) --
+pseudo-targets beta / gamma with noise 1 / gamma -- and ``collapse`` integrates u out
+(precision of v = Lmm^-1 u: I + A Gamma A^T, theta1 = A (beta - gamma m)). With an
+augmentable likelihood SGPR collapses the augmented bound given q(w) the same way (the
+Gaussian is the case w = 1). ``TaylorSGPR`` collapses the second-order Taylor expansion of
+log p(y_i | f_i) at points xi_i instead (a Laplace-type approximation, [Rasmussen2006]
+Sec. 3.4, collapsed as [Izmailov2016] collapse the Jaakkola-Jordan bound): Gaussian sites
+again, but an approximate objective, not a bound.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -327,7 +329,7 @@ class VGP(SVGP):
                            is_leaf=lambda x: x is None)
 
 
-# --- SGPR ------------------------------------------------------------------------------
+# --- collapsed sparse GPs: SGPR, DTC, FITC, TaylorSGPR -----------------------------------
 
 
 def _lowrank_terms(r, A, d):
@@ -342,7 +344,7 @@ def _lowrank_terms(r, A, d):
 
 
 class CollapsedTerms(NamedTuple):
-    """The collapsed augmented bound at X given q(w) and the pieces of its optimal q(u)
+    """The collapsed objective at X given the sites and the pieces of its optimal q(u)
     (whitened, v = Lmm^-1 u: precision P = I + A Gamma A^T, P E[v] = theta1)."""
 
     bound: jax.Array
@@ -355,65 +357,125 @@ class CollapsedTerms(NamedTuple):
     prior_mean: jax.Array  # mean(X)
 
 
+class Sites(NamedTuple):
+    """The data term as a quadratic in f: sum_i e0_i + r_i g_i - gamma_i g_i^2 / 2, with
+    g = f - prior_mean and r = beta - gamma prior_mean: Gaussian sites, pseudo-targets
+    beta / gamma with noise variance 1 / gamma."""
+
+    beta: jax.Array
+    gamma: jax.Array
+    e0: jax.Array  # the data term at f = prior_mean
+
+
 class TaylorPoint(NamedTuple):
-    """The state of SGPR's method "taylor": the points xi (n,) at which log p(y_i | f_i) is
+    """The state of :class:`TaylorSGPR`: the points xi (n,) at which log p(y_i | f_i) is
     expanded to second order."""
 
     xi: jax.Array
 
 
-class SGPR(eqx.Module):
-    """Sparse GP with u integrated out: Titsias' collapsed bound ("vfe", default), or the
-    DTC / FITC approximate marginal likelihoods ("dtc", "fitc", Gaussian likelihood only),
-    or the second-order Taylor approximation ("taylor").
+def collapse(A: Float[Array, "M n"], prior_mean: Float[Array, " n"],
+             residual_var: Float[Array, " n"], sites: Sites, trace: bool = True
+             ) -> CollapsedTerms:
+    """Gaussian sites with u integrated out ([Titsias2009]; traceable): with
+    A = Lmm^-1 Kmn, P = I + A Gamma A^T and theta1 = A r,
 
-    ``likelihood`` is Gaussian (default, ``noise`` its variance) or any augmentable
-    likelihood of one latent function (``augmentedgp.likelihoods.augmentable()``:
-    Logistic, StudentT, Laplace, ...). Given q(w) the augmented sites are Gaussian, so the
-    bound collapses as Titsias' does, with pseudo-targets beta / gamma and noise 1 / gamma
-    ([Titsias2009]; for the logistic this is the Jaakkola-Jordan bound, [Jaakkola2000],
-    collapsed as in [Izmailov2016]). The q(w) state ``q_aux`` is the likelihood's own
-    NamedTuple (``Tilt`` for the scale mixtures); a Gaussian needs none (w = 1).
-    ``augmentedgp.training.collapsed.fit_collapsed`` alternates its closed-form update
-    (:meth:`update_aux`) with L-BFGS on the bound.
+        F = sum e0 + 1/2 theta1^T P^-1 theta1 - 1/2 log|P| - 1/2 sum gamma diag(K - Q),
 
-    "taylor" (the second-order Taylor approximation in place of [Izmailov2016]'s
-    Jaakkola-Jordan bound): any likelihood of one latent function that is
-    twice differentiable and log-concave (Logistic, Probit, Poisson, ...; augmentable or
-    not). Each log p(y_i | f_i) is replaced by its second-order Taylor expansion at xi_i,
-    whose expectation under q(f_i) = N(m_i, S_i) is
+    the log marginal likelihood of the sites under the DTC prior (Q = Knm Kmm^-1 Kmn) less
+    Titsias' trace term, which ``trace=False`` drops ([Quinonero-Candela2005])."""
+    beta, gamma, e0 = sites
+    theta1 = A @ (beta - gamma * prior_mean)
+    P = jnp.eye(A.shape[0], dtype=A.dtype) + (A * gamma) @ A.T
+    LP = linalg.cholesky(P)
+    c = linalg.solve_lower(LP, theta1)
+    bound = jnp.sum(e0) + 0.5 * jnp.sum(c**2) - 0.5 * linalg.logdet_chol(LP)
+    if trace:
+        bound = bound - 0.5 * jnp.sum(gamma * residual_var)  # the trace term of [Titsias2009]
+    return CollapsedTerms(bound, A, P, LP, theta1, c, residual_var, prior_mean)
 
-        log p(y_i | xi_i) + g_i (m_i - xi_i) - W_i ((m_i - xi_i)^2 + S_i) / 2,
 
-    g and -W the first and second derivatives at xi: Gaussian sites (beta, gamma) =
-    (g + W xi, W), collapsed as above. The state ``q_aux`` is a :class:`TaylorPoint`,
-    updated to xi = E_q[f]: the expansion at the mean, where the first-order term vanishes
-    (not a stationary point of the objective in xi: its derivative there is
-    S_i d^3 log p / df^3 / 2). At that fixed point q(u) is the Laplace approximation of the
-    DTC model (with Z = X the objective is the Laplace log marginal likelihood): the
-    objective approximates log p(y) but is not a lower bound -- it can lie above log p(y) --
-    and the updates need not increase it. :meth:`elbo` gives the ELBO of its q(u), a bound.
+# The model classes that replaced SGPR's ``method`` argument (and its saved field).
+_MODEL_OF_METHOD = {"vfe": "SGPR", "dtc": "DTC", "fitc": "FITC", "taylor": "TaylorSGPR"}
+
+
+def _reject_removed(cls, removed: dict):
+    """A TypeError for keyword arguments the constructor does not take, naming the class to
+    use for the removed ``method``."""
+    if not removed:
+        return
+    if "method" not in removed:
+        raise TypeError(f"{cls.__name__}() got an unexpected keyword argument "
+                        f"{next(iter(removed))!r}")
+    method = removed["method"]
+    new = _MODEL_OF_METHOD.get(method.lower()) if isinstance(method, str) else None
+    if new == cls.__name__:
+        hint = f"drop it: {new} is that model"
+    elif new is not None:
+        hint = f"use augmentedgp.{new}(kernel, inducing, ...) instead"
+    else:
+        hint = ("choose the model's class: augmentedgp.SGPR (Titsias' bound), DTC, FITC or "
+                "TaylorSGPR")
+    raise TypeError(f"{cls.__name__} takes no method argument (each collapsed sparse model is "
+                    f"its own class); for method={method!r} {hint}")
+
+
+class CollapsedSparseGP(eqx.Module):
+    """Base class of the sparse GPs with the inducing values u integrated out in closed
+    form: :class:`SGPR` (Titsias' collapsed bound), :class:`DTC`, :class:`FITC` and
+    :class:`TaylorSGPR`. Not instantiated itself.
+
+    Each model writes its data term as Gaussian sites (:class:`Sites`, :meth:`sites`) and
+    integrates u out with :func:`collapse` (``A = Lmm^-1 Kmn``, in O(n M^2)); the models
+    differ in their sites (the likelihood's, with FITC's heteroscedastic noise
+    s2 + diag(K - Q), or a Taylor expansion) and in whether the objective keeps Titsias'
+    trace term (:meth:`training_objective`). Every model gives its optimal q(u) in closed
+    form (:meth:`optimal_q`, :meth:`to_svgp`).
+
+    The traceable methods take validated arrays (:meth:`validate_data`, :meth:`check_aux`)
+    and are what training differentiates: :meth:`collapsed`, :meth:`training_objective`,
+    :meth:`lower_bound`, :meth:`marginals`, :meth:`aux_step`; the others validate their
+    input and return Python floats or models. ``has_aux``: whether the objective depends on
+    a local state ``q_aux`` (q(w) of an augmented likelihood, or the expansion points of
+    :class:`TaylorSGPR`), which ``augmentedgp.fit`` then updates in closed form between
+    L-BFGS rounds (``augmentedgp.training.collapsed.fit_collapsed``).
+
+    The constructors take ``kernel``, ``inducing`` (an (M, d) array, trained by default, or
+    a Parameter), ``noise`` or ``likelihood`` and ``mean``; the ``method`` argument of the
+    former single SGPR class is refused with a TypeError naming the class to use.
     """
 
     kernel: Kernel
     likelihood: Likelihood
     mean: Mean
     inducing: Parameter
-    method: str = eqx.field(static=True, default="vfe")
+
+    # what the state q_aux is, for the messages
+    aux_description: ClassVar[str] = "q(w) state"
 
     def __init__(self, kernel: Kernel, inducing: Float[ArrayLike, "M d"] | Parameter, *,
                  noise: float | Parameter | None = None, likelihood: Likelihood | None = None,
-                 mean: Mean | None = None, method: str = "vfe"):
+                 mean: Mean | None = None, **removed):
+        _reject_removed(type(self), removed)
+        if type(self) is CollapsedSparseGP:
+            raise TypeError("CollapsedSparseGP is a base class: use SGPR, DTC, FITC or "
+                            "TaylorSGPR")
         if likelihood is not None and noise is not None:
             raise ValueError("give either likelihood or noise (the Gaussian noise variance)")
         likelihood = Gaussian(1.0 if noise is None else noise) if likelihood is None else likelihood
         _check_kernel_likelihood(kernel, likelihood)
-        if method not in ("vfe", "dtc", "fitc", "taylor"):
-            raise ValueError(f"method must be 'vfe', 'dtc', 'fitc' or 'taylor', got {method!r}")
-        _check_sgpr_likelihood(likelihood, method)
-        self.kernel, self.likelihood, self.method = kernel, likelihood, method
+        type(self).check_likelihood(likelihood)
+        self.kernel, self.likelihood = kernel, likelihood
         self.mean = Zero() if mean is None else mean
         self.inducing = inducing_parameter(inducing)
+
+    @classmethod
+    def check_likelihood(cls, likelihood: Likelihood) -> None:
+        """Raise a ValueError unless the model takes ``likelihood`` (default: a Gaussian)."""
+        if not isinstance(likelihood, Gaussian):
+            raise ValueError(f"{cls.__name__} needs a Gaussian likelihood; use SGPR (the "
+                             f"collapsed augmented bound) or SVGP for "
+                             f"{type(likelihood).__name__}")
 
     @property
     def gaussian(self) -> bool:
@@ -423,96 +485,117 @@ class SGPR(eqx.Module):
     @property
     def has_aux(self) -> bool:
         """Whether the objective depends on a local state ``q_aux``: q(w) of an augmented
-        likelihood, or the expansion points of method "taylor"."""
-        return self.method == "taylor" or not self.gaussian
+        likelihood, or the expansion points of :class:`TaylorSGPR`."""
+        return not self.gaussian
 
-    def _terms(self, X, y, method=None):
-        method = method or self.method
-        Z = self.inducing.value
-        Lmm, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
-        residual_var = self.kernel.diag(X) - jnp.sum(A**2, 0)  # diag(K - Q)
-        s2 = self.likelihood.variance.value
-        d = s2 + residual_var if method == "fitc" else jnp.full(X.shape[:1], s2, X.dtype)
-        return A, y - self.mean(X), d, residual_var, s2
+    # --- traceable: validated arrays in, arrays out ---------------------------------------
 
-    def collapsed(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None,
-                  trace: bool = True) -> CollapsedTerms:
-        """The collapsed bound given q(w) = ``q_aux`` (traceable; None: w = 1, Gaussian), or
-        the Taylor objective given the expansion points (method "taylor").
-
-        Given q(w) the data term is sum_i E0_i + r_i g_i - gamma_i g_i^2 / 2 in g = f - m0,
-        with (beta, gamma) the sites, r = beta - gamma m0 and E0_i the data term at f = m0
-        (``augmented_expectations`` at zero variance; "taylor": the expansion at m0).
-        Integrating u out as [Titsias2009]:
-
-            F = sum E0 + 1/2 theta1^T P^-1 theta1 - 1/2 log|P| - 1/2 sum gamma diag(K - Q),
-
-        P = I + A Gamma A^T, theta1 = A r; DTC (``trace=False``) drops the last term. With a
-        Gaussian likelihood (gamma = 1 / s2, beta = y / s2) it is Titsias' bound.
-        """
+    def prior_terms(self, X: Float[Array, "n d"]
+                    ) -> tuple[Float[Array, "M n"], Float[Array, " n"], Float[Array, " n"]]:
+        """(A = Lmm^-1 Kmn, diag(K - Q), mean(X)) at X: the prior's part of every collapsed
+        objective (traceable)."""
         Z = self.inducing.value
         _, A = linalg.cholesky_project(self.kernel(Z), self.kernel(Z, X))
-        resid = self.kernel.diag(X) - jnp.sum(A**2, 0)
-        m0 = self.mean(X)
-        beta, gamma, e0 = self._quadratic_sites(y, m0, q_aux)
-        theta1 = A @ (beta - gamma * m0)
-        P = jnp.eye(A.shape[0], dtype=A.dtype) + (A * gamma) @ A.T
-        LP = linalg.cholesky(P)
-        c = linalg.solve_lower(LP, theta1)
-        bound = jnp.sum(e0) + 0.5 * jnp.sum(c**2) - 0.5 * linalg.logdet_chol(LP)
-        if trace:
-            bound = bound - 0.5 * jnp.sum(gamma * resid)  # the trace term of [Titsias2009]
-        return CollapsedTerms(bound, A, P, LP, theta1, c, resid, m0)
+        return A, self.kernel.diag(X) - jnp.sum(A**2, 0), self.mean(X)
 
-    def _quadratic_sites(self, y, m0, q_aux):
-        """(beta, gamma, E0): the data term as a quadratic in f (module docstring)."""
+    def likelihood_sites(self, y: Shaped[Array, " n"], prior_mean: Float[Array, " n"],
+                         q_aux=None) -> Sites:
+        """The likelihood's own sites (traceable): Gaussian, beta = y / s2 and
+        gamma = 1 / s2 (``q_aux`` None: w = 1); augmented, the sites given q(w) = ``q_aux``
+        (``aux_sites``), whose e0 is ``augmented_expectations`` at f = prior_mean."""
         lik = self.likelihood
-        if self.method == "taylor":
-            # log p(y | f) ~ log p(y | xi) + g (f - xi) - W (f - xi)^2 / 2 (second order at xi)
-            xi = q_aux.xi
-            g, W = lik.grad_log_prob(y, xi), -lik.hess_log_prob(y, xi)
-            e0 = lik.log_prob(y, xi) + g * (m0 - xi) - 0.5 * W * (m0 - xi) ** 2
-            return g + W * xi, W, e0
         if q_aux is None:
             if not self.gaussian:
                 raise ValueError("the collapsed bound of a non-Gaussian likelihood needs the "
                                  "q(w) state q_aux (model.initial_aux(X, y))")
-            q_aux = lik.aux_posterior(y, m0, jnp.zeros_like(m0))  # any: w = 1
-        beta, gamma = (jnp.broadcast_to(s, m0.shape) for s in lik.aux_sites(y, q_aux))
-        return beta, gamma, lik.augmented_expectations(y, m0, jnp.zeros_like(m0), q_aux)
+            q_aux = lik.aux_posterior(y, prior_mean, jnp.zeros_like(prior_mean))  # any: w = 1
+        beta, gamma = (jnp.broadcast_to(s, prior_mean.shape) for s in lik.aux_sites(y, q_aux))
+        zeros = jnp.zeros_like(prior_mean)
+        return Sites(beta, gamma, lik.augmented_expectations(y, prior_mean, zeros, q_aux))
 
-    def training_objective(self, X, y, method=None, q_aux=None):
-        """The objective on validated arrays (traceable): the collapsed bound (vfe), the
-        DTC / FITC log marginal likelihood or the Taylor approximation (taylor);
-        ``q_aux``: the q(w) state (non-Gaussian) or the ``TaylorPoint``."""
-        method = method or self.method
-        if method != "fitc":
-            return self.collapsed(X, y, q_aux, trace=method != "dtc").bound
-        A, r, d, resid, s2 = self._terms(X, y, method)
-        return _lowrank_terms(r, A, d)[0]
+    def sites(self, y: Shaped[Array, " n"], prior_mean: Float[Array, " n"],
+              residual_var: Float[Array, " n"], q_aux=None) -> Sites:
+        """The model's sites (traceable): by default the likelihood's
+        (:meth:`likelihood_sites`); FITC and TaylorSGPR override it."""
+        return self.likelihood_sites(y, prior_mean, q_aux)
+
+    def collapsed(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None,
+                  trace: bool = True) -> CollapsedTerms:
+        """The model's sites at X with u integrated out (:func:`collapse`; traceable):
+        given q(w) = ``q_aux`` (None: w = 1, Gaussian) the data term is
+        sum_i e0_i + r_i g_i - gamma_i g_i^2 / 2 in g = f - m0, and
+
+            F = sum e0 + 1/2 theta1^T P^-1 theta1 - 1/2 log|P| - 1/2 sum gamma diag(K - Q),
+
+        P = I + A Gamma A^T, theta1 = A r; ``trace=False`` drops the last term. With a
+        Gaussian likelihood (gamma = 1 / s2, beta = y / s2) it is Titsias' bound."""
+        A, residual_var, m0 = self.prior_terms(X)
+        return collapse(A, m0, residual_var, self.sites(y, m0, residual_var, q_aux), trace)
+
+    @eqx.filter_jit
+    def training_objective(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                           ) -> Float[Array, ""]:
+        """The objective that training maximises, on validated arrays (traceable, compiled
+        when called outside a trace); ``q_aux``: the state (``has_aux``)."""
+        return self.collapsed(X, y, q_aux).bound
+
+    @eqx.filter_jit
+    def lower_bound(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                    ) -> Float[Array, ""]:
+        """The collapsed lower bound on log p(y), on validated arrays (traceable): Titsias'
+        for a Gaussian likelihood; otherwise the augmented bound at q(w) = ``q_aux`` and its
+        optimal q(u)."""
+        A, residual_var, m0 = self.prior_terms(X)
+        return collapse(A, m0, residual_var, self.likelihood_sites(y, m0, q_aux)).bound
 
     def marginals(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
-                      ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
-        """(mean, var) of f(X) under the optimal q(u) given q(w) (traceable)."""
+                  ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+        """(mean, var) of f(X) under the model's optimal q(u) given ``q_aux`` (traceable)."""
         t = self.collapsed(X, y, q_aux)
         V = linalg.solve_lower(t.LP, t.A)  # P^-1 = LP^-T LP^-1
         return t.prior_mean + V.T @ t.c, t.residual_var + jnp.sum(V**2, 0)
 
+    @eqx.filter_jit
+    def closed_form_q(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                      ) -> NaturalQ:
+        """The model's optimal q(u) given ``q_aux`` as whitened natural parameters, on
+        validated arrays (traceable; :meth:`optimal_q` validates)."""
+        t = self.collapsed(X, y, q_aux)
+        return NaturalQ(Parameter(t.theta1), Parameter(-0.5 * t.P), whiten=True)
+
+    @eqx.filter_jit
+    def prior_aux(self, X: Float[Array, "n d"], y: Shaped[Array, " n"]):
+        """The optimal state when q(u) is the prior p(u) (traceable; :meth:`initial_aux`
+        validates)."""
+        return self.likelihood.aux_posterior(y, self.mean(X), self.kernel.diag(X))
+
+    @eqx.filter_jit
     def aux_step(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None):
         """The optimal q(w) given the optimal q(u) given ``q_aux`` (traceable): one
         coordinate-ascent sweep ([Galy-Fajou2020, Algorithm 1], local step, after the
-        closed-form global step); "taylor": the expansion points xi = E_q[f]."""
+        closed-form global step)."""
         mean, var = self.marginals(X, y, q_aux)
-        if self.method == "taylor":
-            return TaylorPoint(mean)
         return self.likelihood.aux_posterior(y, mean, var)
 
-    def _upper_bound(self, X, y):
-        A, r, d, resid, s2 = self._terms(X, y, "vfe")  # [Titsias2014], c = tr(K - Q)
+    def aux_template(self, y: Shaped[Array, " n"]):
+        """The state's type and field shapes for n targets (``jax.ShapeDtypeStruct``s)."""
+        zeros = jnp.zeros(jnp.shape(y))
+        return jax.eval_shape(self.likelihood.aux_posterior, y, zeros, zeros)
+
+    @eqx.filter_jit
+    def collapsed_upper_bound(self, X: Float[Array, "n d"], y: Float[Array, " n"]
+                              ) -> Float[Array, ""]:
+        """Titsias' upper bound on log p(y) ([Titsias2014], c = tr(K - Q)) on validated
+        arrays (traceable; Gaussian likelihood)."""
+        A, residual_var, m0 = self.prior_terms(X)
+        r = y - m0
+        d = jnp.full(X.shape[:1], self.likelihood.variance.value, X.dtype)
         lower_det = _lowrank_terms(jnp.zeros_like(r), A, d)[0]
-        tail = _lowrank_terms(r, A, d + jnp.sum(resid))[0] - _lowrank_terms(
-            jnp.zeros_like(r), A, d + jnp.sum(resid))[0]
-        return lower_det + tail
+        loose = d + jnp.sum(residual_var)
+        return lower_det + _lowrank_terms(r, A, loose)[0] - _lowrank_terms(
+            jnp.zeros_like(r), A, loose)[0]
+
+    # --- public: checked input ------------------------------------------------------------
 
     def validate_data(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]
                       ) -> tuple[Float[Array, "n d"], Shaped[Array, " n"]]:
@@ -522,22 +605,17 @@ class SGPR(eqx.Module):
         return jnp.asarray(X), jnp.asarray(self.likelihood.targets(y, X.shape[0]))
 
     def check_aux(self, y: Shaped[Array, " n"], q_aux):
-        """``q_aux`` checked against the likelihood's q(w) type and the n targets (a clear
-        ValueError otherwise; a ``TaylorPoint`` for method "taylor"), as JAX arrays; None
-        stays None when the objective needs no state (a Gaussian likelihood, not "taylor")."""
+        """``q_aux`` checked against the model's state type (:meth:`aux_template`) and the n
+        targets (a clear ValueError otherwise), as JAX arrays; None stays None when the
+        objective needs no state (``has_aux`` False)."""
         if q_aux is None:
             if not self.has_aux:
                 return None
-            what = ("TaylorPoint, the expansion points" if self.method == "taylor"
-                    else "q(w) state")
-            raise ValueError(f"SGPR with {type(self.likelihood).__name__} (method "
-                             f"{self.method!r}) needs q_aux, the {what}: start from "
+            raise ValueError(f"{type(self).__name__} with {type(self.likelihood).__name__} "
+                             f"needs q_aux, the {self.aux_description}: start from "
                              "model.initial_aux(X, y), or fit the model "
                              "(augmentedgp.training.collapsed.fit_collapsed)")
-        zeros = jnp.zeros(jnp.shape(y))
-        ref = (TaylorPoint(jax.ShapeDtypeStruct(zeros.shape, zeros.dtype))
-               if self.method == "taylor"
-               else jax.eval_shape(self.likelihood.aux_posterior, y, zeros, zeros))
+        ref = self.aux_template(y)
         if type(q_aux) is not type(ref) or any(
                 jnp.shape(a) != r.shape for a, r in zip(q_aux, ref, strict=True)):
             raise ValueError(f"q_aux must be a {type(ref).__name__} with fields of shape "
@@ -550,123 +628,209 @@ class SGPR(eqx.Module):
 
     def objective(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                   q_aux=None) -> float:
-        """The training objective: the collapsed bound (vfe; at the q(w) state ``q_aux``
-        for a non-Gaussian likelihood), the log marginal likelihood of the DTC / FITC
-        approximation, or the Taylor approximation at the expansion points ``q_aux``
-        (taylor: not a bound)."""
-        return float(_sgpr_objective(self, *self._public(X, y, q_aux)))
+        """The training objective (:meth:`training_objective`) on checked input."""
+        return float(self.training_objective(*self._public(X, y, q_aux)))
 
     def elbo(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None) -> float:
-        """The collapsed lower bound on log p(y) (whatever ``method``): Titsias' for a
-        Gaussian likelihood; otherwise the augmented bound at q(w) = ``q_aux`` and its
-        optimal q(u) (the SVGP augmented ELBO there); "taylor": the SVGP ELBO of the q(u)
-        of the expansion points ``q_aux``."""
-        X, y, q_aux = self._public(X, y, q_aux)
-        if self.method == "taylor":
-            return float(_elbo_jit(_sgpr_svgp(self, X, y, q_aux), X, y, 1.0))
-        return float(_sgpr_elbo(self, X, y, q_aux))
+        """A lower bound on log p(y) whatever the model's objective
+        (:meth:`lower_bound`): Titsias' collapsed bound for a Gaussian likelihood (also for
+        DTC and FITC); otherwise the augmented bound at q(w) = ``q_aux`` and its optimal
+        q(u) (the SVGP augmented ELBO there)."""
+        return float(self.lower_bound(*self._public(X, y, q_aux)))
 
     def initial_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]):
-        """The optimal q(w) when q(u) is the prior p(u): a starting q(w) state ("taylor":
-        the expansion points at the prior mean)."""
-        X, y = self.validate_data(X, y)
-        return _sgpr_initial_aux(self, X, y)
+        """The optimal state when q(u) is the prior p(u): a starting q(w) state."""
+        return self.prior_aux(*self.validate_data(X, y))
 
     def update_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None):
-        """The closed-form q(w) update: optimal given the optimal q(u) given ``q_aux``
-        (never lowers :meth:`elbo`); "taylor": the expansion points xi = E_q[f] under the
-        q(u) of ``q_aux`` (a fixed-point step: it need not raise :meth:`objective`)."""
-        return _sgpr_aux_update(self, *self._public(X, y, q_aux))
+        """The closed-form state update (:meth:`aux_step`): for q(w), optimal given the
+        optimal q(u) given ``q_aux`` (never lowers :meth:`elbo`)."""
+        return self.aux_step(*self._public(X, y, q_aux))
 
     def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
         """Titsias' upper bound on log p(y) ([Titsias2014]): a diagnostic of the gap
         (Gaussian likelihood only)."""
         if not self.gaussian:
             raise ValueError("upper_bound needs a Gaussian likelihood")
-        return float(_sgpr_upper(self, *self.validate_data(X, y)))
+        return float(self.collapsed_upper_bound(*self.validate_data(X, y)))
 
     def optimal_q(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                   q_aux=None) -> NaturalQ:
-        """The closed-form q(u) of the method (given q(w) = ``q_aux`` for a non-Gaussian
+        """The model's closed-form q(u) (given q(w) = ``q_aux`` for a non-Gaussian
         likelihood), as whitened natural parameters."""
-        return _sgpr_q(self, *self._public(X, y, q_aux))
+        return self.closed_form_q(*self._public(X, y, q_aux))
 
     def to_svgp(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                 q_aux=None) -> SVGP:
         """An SVGP holding this model's optimal q(u) (given ``q_aux``): predictions without
         the data."""
-        return _sgpr_svgp(self, *self._public(X, y, q_aux))
+        return SVGP(self.kernel, self.likelihood, self.inducing, mean=self.mean,
+                    q=self.optimal_q(X, y, q_aux))
 
 
-def _check_sgpr_likelihood(likelihood, method):
-    name = type(likelihood).__name__
-    if method == "taylor":
+class SGPR(CollapsedSparseGP):
+    """Sparse GP regression with u integrated out: Titsias' collapsed bound ([Titsias2009])
+
+        F = log N(y | m, Q + s2 I) - tr(K - Q) / (2 s2),    Q = Knm Kmm^-1 Kmn,
+
+    a lower bound on log p(y) whose optimum in q(u) is closed-form.
+
+    ``likelihood`` is Gaussian (default, ``noise`` its variance) or any augmentable
+    likelihood of one latent function (``augmentedgp.likelihoods.augmentable()``:
+    Logistic, StudentT, Laplace, ...). Given q(w) the augmented sites are Gaussian, so the
+    bound collapses as Titsias' does, with pseudo-targets beta / gamma and noise 1 / gamma
+    ([Titsias2009]; for the logistic this is the Jaakkola-Jordan bound, [Jaakkola2000],
+    collapsed as in [Izmailov2016]). The q(w) state ``q_aux`` is the likelihood's own
+    NamedTuple (``Tilt`` for the scale mixtures); a Gaussian needs none (w = 1).
+    ``augmentedgp.training.collapsed.fit_collapsed`` alternates its closed-form update
+    (:meth:`update_aux`) with L-BFGS on the bound.
+
+    The approximate marginal likelihoods of the same inducing inputs are :class:`DTC` and
+    :class:`FITC`; the second-order Taylor approximation is :class:`TaylorSGPR`.
+    """
+
+    @classmethod
+    def check_likelihood(cls, likelihood: Likelihood) -> None:
+        """Raise a ValueError unless ``likelihood`` is Gaussian or augmentable, of one
+        latent function."""
+        name = type(likelihood).__name__
+        if isinstance(likelihood, Gaussian):
+            return
+        if not isinstance(likelihood, Augmented):
+            names = ", ".join(c.__name__ for c in augmentable())
+            raise ValueError(f"SGPR needs a Gaussian or augmentable likelihood ({names}); use "
+                             f"SVGP (or TaylorSGPR, for a log-concave one) for {name}")
+        if getattr(likelihood, "num_latent", 1) != 1:
+            raise ValueError(f"SGPR takes likelihoods of one latent function; use SVGP (with "
+                             f"AnalyticVI) for {name}")
+
+
+class DTC(CollapsedSparseGP):
+    """Deterministic training conditional ([Seeger2003]; the name of
+    [Quinonero-Candela2005]): the exact log marginal likelihood of the approximate model
+    y ~ N(m, Q + s2 I), Q = Knm Kmm^-1 Kmn -- :class:`SGPR`'s objective without Titsias'
+    trace term, so not a lower bound on log p(y) (:meth:`elbo` is Titsias' bound).
+    Gaussian likelihood only (``noise`` its variance). The q(u) is the same as SGPR's."""
+
+    @eqx.filter_jit
+    def training_objective(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                           ) -> Float[Array, ""]:
+        """log N(y | m, Q + s2 I) on validated arrays (traceable)."""
+        return self.collapsed(X, y, q_aux, trace=False).bound
+
+
+class FITC(CollapsedSparseGP):
+    """Fully independent training conditional ([Snelson2006], as the sparse
+    pseudo-input GP; the name of [Quinonero-Candela2005]): the exact log marginal likelihood
+    of y ~ N(m, Q + diag(K - Q) + s2 I), i.e. DTC with the heteroscedastic noise
+    s2 + diag(K - Q) (:meth:`sites`), not a lower bound on log p(y) (:meth:`elbo` is
+    Titsias' bound). Gaussian likelihood only (``noise`` its variance); its q(u) is the
+    posterior of u under that model."""
+
+    def sites(self, y: Shaped[Array, " n"], prior_mean: Float[Array, " n"],
+              residual_var: Float[Array, " n"], q_aux=None) -> Sites:
+        """Gaussian sites of noise d = s2 + diag(K - Q): beta = y / d, gamma = 1 / d,
+        e0 = log N(y | m, d) (traceable)."""
+        d = self.likelihood.variance.value + residual_var
+        r = y - prior_mean
+        return Sites(y / d, 1.0 / d, -0.5 * (_LOG_2PI + jnp.log(d) + r**2 / d))
+
+    @eqx.filter_jit
+    def training_objective(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                           ) -> Float[Array, ""]:
+        """log N(y | m, Q + diag(K - Q) + s2 I) on validated arrays (traceable)."""
+        return self.collapsed(X, y, q_aux, trace=False).bound
+
+
+class TaylorSGPR(CollapsedSparseGP):
+    """Sparse GP with each log p(y_i | f_i) replaced by its second-order Taylor expansion at
+    points xi_i and u integrated out: a Laplace-type approximation ([Rasmussen2006]
+    Sec. 3.4), collapsed as [Izmailov2016] collapse the Jaakkola-Jordan bound, for any
+    likelihood of one latent function that is twice differentiable and log-concave
+    (Logistic, Probit, Poisson, ...; augmentable or not). The expectation of the expansion
+    under q(f_i) = N(m_i, S_i) is
+
+        log p(y_i | xi_i) + g_i (m_i - xi_i) - W_i ((m_i - xi_i)^2 + S_i) / 2,
+
+    g and -W the first and second derivatives at xi: Gaussian sites (beta, gamma) =
+    (g + W xi, W), collapsed as :class:`SGPR`'s. The state ``q_aux`` is a
+    :class:`TaylorPoint`, updated to xi = E_q[f]: the expansion at the mean, where the
+    first-order term vanishes (not a stationary point of the objective in xi: its
+    derivative there is S_i d^3 log p / df^3 / 2). At that fixed point q(u) is the Laplace
+    approximation of the DTC model (with Z = X the objective is the Laplace log marginal
+    likelihood): the objective approximates log p(y) but is not a lower bound -- it can lie
+    above log p(y) -- and the updates need not increase it. :meth:`elbo` gives the ELBO of
+    its q(u), a bound.
+    """
+
+    aux_description: ClassVar[str] = "TaylorPoint, the expansion points"
+
+    @classmethod
+    def check_likelihood(cls, likelihood: Likelihood) -> None:
+        """Raise a ValueError unless ``likelihood`` has one latent function and is twice
+        differentiable and log-concave."""
         if (getattr(likelihood, "num_latent", 1) != 1 or not likelihood.twice_differentiable
                 or not likelihood.log_concave):
-            raise ValueError(f"method 'taylor' needs a likelihood of one latent function that "
-                             f"is twice differentiable and log-concave (its sites' precision "
-                             f"-d^2 log p / df^2 must be >= 0); {name} is not: use method="
-                             "'vfe' (augmentable likelihoods) or SVGP")
-        return
-    if isinstance(likelihood, Gaussian):
-        return
-    if not isinstance(likelihood, Augmented):
-        names = ", ".join(c.__name__ for c in augmentable())
-        raise ValueError(f"SGPR needs a Gaussian or augmentable likelihood ({names}); use SVGP "
-                         f"for {name}")
-    if getattr(likelihood, "num_latent", 1) != 1:
-        raise ValueError(f"SGPR takes likelihoods of one latent function; use SVGP (with "
-                         f"AnalyticVI) for {name}")
-    if method != "vfe":
-        raise ValueError(f"method {method!r} needs a Gaussian likelihood; SGPR with {name} "
-                         "takes method='vfe' (the collapsed augmented bound), or use SVGP")
+            raise ValueError(f"TaylorSGPR needs a likelihood of one latent function that is "
+                             f"twice differentiable and log-concave (its sites' precision "
+                             f"-d^2 log p / df^2 must be >= 0); {type(likelihood).__name__} "
+                             "is not: use SGPR (augmentable likelihoods) or SVGP")
 
+    @property
+    def has_aux(self) -> bool:
+        """True: the objective depends on the expansion points."""
+        return True
 
-@eqx.filter_jit
-def _sgpr_objective(model, X, y, q_aux):
-    return model.training_objective(X, y, q_aux=q_aux)
+    def sites(self, y: Shaped[Array, " n"], prior_mean: Float[Array, " n"],
+              residual_var: Float[Array, " n"], q_aux=None) -> Sites:
+        """The second-order expansion at xi = ``q_aux.xi`` (traceable):
+        log p(y | f) ~ log p(y | xi) + g (f - xi) - W (f - xi)^2 / 2, as sites
+        (g + W xi, W) with e0 the expansion at f = prior_mean."""
+        lik, xi = self.likelihood, q_aux.xi
+        g, W = lik.grad_log_prob(y, xi), -lik.hess_log_prob(y, xi)
+        e0 = (lik.log_prob(y, xi) + g * (prior_mean - xi)
+              - 0.5 * W * (prior_mean - xi) ** 2)
+        return Sites(g + W * xi, W, e0)
 
+    @eqx.filter_jit
+    def lower_bound(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                    ) -> Float[Array, ""]:
+        """The ELBO of the q(u) of the expansion points ``q_aux`` (traceable):
+        sum_i E_q[log p(y_i | f_i)] - KL(q(u) || p(u)), the SVGP ELBO of :meth:`to_svgp`.
+        With whitened q(v) = N(P^-1 theta1, P^-1), KL = (tr P^-1 + |E v|^2 - M + log|P|) / 2.
+        """
+        t = self.collapsed(X, y, q_aux)
+        V = linalg.solve_lower(t.LP, t.A)
+        mean, var = t.prior_mean + V.T @ t.c, t.residual_var + jnp.sum(V**2, 0)
+        Ev = linalg.solve_upper_t(t.LP, t.c)  # P^-1 theta1 = LP^-T c
+        Linv = linalg.solve_lower(t.LP, jnp.eye(t.P.shape[0], dtype=t.P.dtype))
+        kl = 0.5 * (jnp.sum(Linv**2) + jnp.sum(Ev**2) - t.P.shape[0]
+                    + linalg.logdet_chol(t.LP))
+        return jnp.sum(self.likelihood.variational_expectations(y, mean, var)) - kl
 
-@eqx.filter_jit
-def _sgpr_elbo(model, X, y, q_aux):
-    return model.training_objective(X, y, "vfe", q_aux)
+    @eqx.filter_jit
+    def prior_aux(self, X: Float[Array, "n d"], y: Shaped[Array, " n"]) -> TaylorPoint:
+        """The expansion points at the prior mean (traceable)."""
+        return TaylorPoint(self.mean(X))
 
+    @eqx.filter_jit
+    def aux_step(self, X: Float[Array, "n d"], y: Shaped[Array, " n"], q_aux=None
+                 ) -> TaylorPoint:
+        """The expansion points xi = E_q[f] under the q(u) of ``q_aux`` (traceable; a
+        fixed-point step: it need not raise :meth:`objective`)."""
+        return TaylorPoint(self.marginals(X, y, q_aux)[0])
 
-@eqx.filter_jit
-def _sgpr_upper(model, X, y):
-    return model._upper_bound(X, y)
-
-
-@eqx.filter_jit
-def _sgpr_initial_aux(model, X, y):
-    if model.method == "taylor":
-        return TaylorPoint(model.mean(X))
-    return model.likelihood.aux_posterior(y, model.mean(X), model.kernel.diag(X))
-
-
-@eqx.filter_jit
-def _sgpr_aux_update(model, X, y, q_aux):
-    return model.aux_step(X, y, q_aux)
-
-
-@eqx.filter_jit
-def _sgpr_q(model, X, y, q_aux=None):
-    if model.method == "fitc":
-        A, r, d, _, _ = model._terms(X, y)
-        P = jnp.eye(A.shape[0], dtype=A.dtype) + (A / d) @ A.T
-        return NaturalQ(Parameter(A @ (r / d)), Parameter(-0.5 * P), whiten=True)
-    t = model.collapsed(X, y, q_aux)
-    return NaturalQ(Parameter(t.theta1), Parameter(-0.5 * t.P), whiten=True)
-
-
-def _sgpr_svgp(model, X, y, q_aux):
-    return SVGP(model.kernel, model.likelihood, model.inducing, mean=model.mean,
-                q=_sgpr_q(model, X, y, q_aux))
+    def aux_template(self, y: Shaped[Array, " n"]) -> TaylorPoint:
+        """A TaylorPoint of n expansion points (``jax.ShapeDtypeStruct``)."""
+        zeros = jnp.zeros(jnp.shape(y))
+        return TaylorPoint(jax.ShapeDtypeStruct(zeros.shape, zeros.dtype))
 
 
 @eqx.filter_jit
 def _elbo_jit(model, X, y, scale, augmented=False):
-    return model._elbo(X, y, scale, augmented)
+    lik = model.likelihood
+    expectations = lik.augmented_expectations if augmented else lik.variational_expectations
+    return model.elbo_projection(X, y, scale, expectations)[0]
 
 
 @eqx.filter_jit
@@ -738,5 +902,6 @@ class SparsePosterior(FittedPosterior):
         return self.model.inducing.value
 
 
-__all__ = ["SGPR", "SVGP", "VGP", "SparsePosterior", "Projection", "CollapsedTerms", "TaylorPoint",
+__all__ = ["CollapsedSparseGP", "SGPR", "DTC", "FITC", "TaylorSGPR", "SVGP", "VGP",
+           "SparsePosterior", "Projection", "CollapsedTerms", "Sites", "TaylorPoint", "collapse",
            "latent_prior", "inducing_parameter"]

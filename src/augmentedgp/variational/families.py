@@ -20,16 +20,18 @@ natural-gradient step acts.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float, PyTree
 
 from augmentedgp.core import linalg
 from augmentedgp.core.params import Parameter, positive, real
 
 
-def map_latents(fn, args, mapped):
+def map_latents(fn: Callable[..., PyTree], args: tuple, mapped: tuple[bool, ...]) -> PyTree:
     """fn(*args) for each latent function: ``args[i]`` is sliced along its leading latent
     axis where ``mapped[i]``, and shared otherwise; results are stacked.
 
@@ -74,24 +76,32 @@ def _inverse_factor(P):
 class QPosterior(eqx.Module):
     """Interface of a parameterised q(u)."""
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def conditional(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                    Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"],
+                    Kxx: Float[Array, "n n"] | None = None, full_cov: bool = False
+                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         raise NotImplementedError
 
-    def kl(self, Kmm, Lmm):
+    def kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]) -> Float[Array, ""]:
         raise NotImplementedError
 
-    def conditional_kl(self, Kmm, Lmm, Kmn, A, kdiag):
+    def conditional_kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                       Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"]
+                      ) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, ""]]:
         """(marginal mean, marginal variance, KL): what the bound needs, sharing work."""
         return (*self.conditional(Kmm, Lmm, Kmn, A, kdiag), self.kl(Kmm, Lmm))
 
-    def whitened_natural(self, Lmm):
+    def whitened_natural(self, Lmm: Float[Array, "M M"]
+                        ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         """(theta1, P): P = Sv^-1 the precision of v and theta1 = P mv."""
         raise NotImplementedError
 
-    def from_whitened_natural(self, theta1, P, Lmm):
+    def from_whitened_natural(self, theta1: Float[Array, " M"], P: Float[Array, "M M"],
+                              Lmm: Float[Array, "M M"]) -> QPosterior:
         raise NotImplementedError
 
-    def mean_cov(self, Kmm, Lmm):
+    def mean_cov(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]
+                ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         """(m, S) of q(u)."""
         theta1, P = self.whitened_natural(Lmm)
         Lp = linalg.cholesky(_sym(P))
@@ -115,7 +125,7 @@ class CholeskyQ(QPosterior):
     whiten: bool = eqx.field(static=True, default=False)
 
     @classmethod
-    def prior(cls, Lmm, whiten: bool):
+    def prior(cls, Lmm: Float[Array, "M M"], whiten: bool) -> QPosterior:
         M = Lmm.shape[0]
         L = jnp.eye(M, dtype=Lmm.dtype) if whiten else Lmm
         return cls(real(jnp.zeros(M), "q mean"), real(L, "q cholesky"), whiten)
@@ -127,22 +137,27 @@ class CholeskyQ(QPosterior):
             return m, L
         return linalg.solve_lower(Lmm, m), linalg.solve_lower(Lmm, L)
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def conditional(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                    Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"],
+                    Kxx: Float[Array, "n n"] | None = None, full_cov: bool = False
+                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         mv, R = self._whitened(Lmm)
         return _marginals(A.T @ mv, R.T @ A, A, kdiag, Kxx, full_cov)
 
-    def kl(self, Kmm, Lmm):
+    def kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]) -> Float[Array, ""]:
         mv, R = self._whitened(Lmm)
         logdet = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diag(R))))  # R is lower triangular
         return _gauss_kl_whitened(mv, jnp.sum(R**2), logdet)
 
-    def whitened_natural(self, Lmm):
+    def whitened_natural(self, Lmm: Float[Array, "M M"]
+                        ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         mv, R = self._whitened(Lmm)
         Rinv = linalg.solve_lower(R, jnp.eye(R.shape[0], dtype=R.dtype))
         P = Rinv.T @ Rinv
         return P @ mv, P
 
-    def from_whitened_natural(self, theta1, P, Lmm):
+    def from_whitened_natural(self, theta1: Float[Array, " M"], P: Float[Array, "M M"],
+                              Lmm: Float[Array, "M M"]) -> QPosterior:
         R = _inverse_factor(P)
         mv = R @ (R.T @ theta1)
         m, L = (mv, R) if self.whiten else (Lmm @ mv, Lmm @ R)
@@ -163,19 +178,21 @@ class NaturalQ(QPosterior):
     whiten: bool = eqx.field(static=True, default=False)
 
     @classmethod
-    def prior(cls, Lmm, whiten: bool):
+    def prior(cls, Lmm: Float[Array, "M M"], whiten: bool) -> QPosterior:
         M = Lmm.shape[0]
         eye = jnp.eye(M, dtype=Lmm.dtype)
         prec = eye if whiten else linalg.cho_solve(Lmm, eye)
         return cls(real(jnp.zeros(M), "q theta1"), real(-0.5 * prec, "q theta2"), whiten)
 
-    def whitened_natural(self, Lmm):
+    def whitened_natural(self, Lmm: Float[Array, "M M"]
+                        ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         t1, prec = self.theta1.value, -2.0 * _sym(self.theta2.value)
         if self.whiten:
             return t1, prec
         return Lmm.T @ t1, Lmm.T @ prec @ Lmm  # u = Lmm v
 
-    def from_whitened_natural(self, theta1, P, Lmm):
+    def from_whitened_natural(self, theta1: Float[Array, " M"], P: Float[Array, "M M"],
+                              Lmm: Float[Array, "M M"]) -> QPosterior:
         if not self.whiten:
             theta1 = linalg.solve_upper_t(Lmm, theta1)
             Linv = linalg.solve_lower(Lmm, jnp.eye(P.shape[0], dtype=P.dtype))
@@ -188,7 +205,10 @@ class NaturalQ(QPosterior):
         Lp = linalg.cholesky(_sym(P))
         return linalg.cho_solve(Lp, theta1), Lp
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def conditional(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                    Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"],
+                    Kxx: Float[Array, "n n"] | None = None, full_cov: bool = False
+                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         return self._conditional(self._whitened(Lmm), A, kdiag, Kxx, full_cov)
 
     @staticmethod
@@ -196,7 +216,7 @@ class NaturalQ(QPosterior):
         mv, Lp = whitened  # Sv = Lp^-T Lp^-1, so R^T A = Lp^-1 A
         return _marginals(A.T @ mv, linalg.solve_lower(Lp, A), A, kdiag, Kxx, full_cov)
 
-    def kl(self, Kmm, Lmm):
+    def kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]) -> Float[Array, ""]:
         return self._kl(self._whitened(Lmm))
 
     @staticmethod
@@ -205,7 +225,9 @@ class NaturalQ(QPosterior):
         Linv = linalg.solve_lower(Lp, jnp.eye(Lp.shape[0], dtype=Lp.dtype))
         return _gauss_kl_whitened(mv, jnp.sum(Linv**2), -linalg.logdet_chol(Lp))
 
-    def conditional_kl(self, Kmm, Lmm, Kmn, A, kdiag):
+    def conditional_kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                       Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"]
+                      ) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, ""]]:
         w = self._whitened(Lmm)  # one factorisation for both
         return (*self._conditional(w, A, kdiag), self._kl(w))
 
@@ -228,33 +250,39 @@ class SiteQ(QPosterior):
     g: Parameter
 
     @classmethod
-    def prior(cls, M: int, g0: float = 1e-3):
+    def prior(cls, M: int, g0: float = 1e-3) -> QPosterior:
         return cls(real(jnp.zeros(M), "q site potentials"),
                    positive(jnp.full(M, g0), "q site precisions"))
 
-    def factors(self, Kmm):
+    def factors(self, Kmm: Float[Array, "M M"]
+               ) -> tuple[Float[Array, " M"], Float[Array, "M M"], Float[Array, " M"]]:
         """(sqrt(g), L_B, mu)."""
 
         return linalg.site_factors(Kmm, self.g.value, self.lam.value)
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def conditional(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                    Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"],
+                    Kxx: Float[Array, "n n"] | None = None, full_cov: bool = False
+                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         s, LB, mu = self.factors(Kmm)
         V = linalg.solve_lower(LB, s[:, None] * Kmn)
         if full_cov:
             return Kmn.T @ mu, Kxx - V.T @ V
         return Kmn.T @ mu, jnp.maximum(kdiag - jnp.sum(V**2, 0), 0.0)
 
-    def kl(self, Kmm, Lmm):
+    def kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]) -> Float[Array, ""]:
         s, LB, mu = self.factors(Kmm)  # [Kobe2021, eq. 3.7] with log|K + G^-1| + log|G| = log|B|
         Binv = linalg.solve_lower(LB, jnp.eye(LB.shape[0], dtype=LB.dtype))
         tr = LB.shape[0] - jnp.sum(Binv**2)  # tr((K + G^-1)^-1 K) = M - tr(B^-1)
         return 0.5 * (mu @ Kmm @ mu - tr) + 0.5 * linalg.logdet_chol(LB)
 
-    def whitened_natural(self, Lmm):
+    def whitened_natural(self, Lmm: Float[Array, "M M"]
+                        ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         return Lmm.T @ self.lam.value, jnp.eye(Lmm.shape[0]) + Lmm.T @ (
             self.g.value[:, None] * Lmm)
 
-    def mean_cov(self, Kmm, Lmm):
+    def mean_cov(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]
+                ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         s, LB, mu = self.factors(Kmm)
         V = linalg.solve_lower(LB, s[:, None] * Kmm)
         return Kmm @ mu, Kmm - V.T @ V
@@ -285,24 +313,30 @@ class LowRankQ(QPosterior):
         Q = (W @ U) * jnp.where(pos, 1.0 / jnp.sqrt(jnp.where(pos, lam, 1.0)), 0.0)
         return W, Q, lam, pos
 
-    def conditional(self, Kmm, Lmm, Kmn, A, kdiag, Kxx=None, full_cov=False):
+    def conditional(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"],
+                    Kmn: Float[Array, "M n"], A: Float[Array, "M n"], kdiag: Float[Array, " n"],
+                    Kxx: Float[Array, "n n"] | None = None, full_cov: bool = False
+                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         W, Q, _, _ = self._basis()
         R_A = jnp.concatenate([W.T @ A, A - Q @ (Q.T @ A)], axis=0)  # (W W^T + I - Q Q^T)
         return _marginals(A.T @ self.mean.value, R_A, A, kdiag, Kxx, full_cov)
 
-    def kl(self, Kmm, Lmm):
+    def kl(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]) -> Float[Array, ""]:
         W, _, lam, pos = self._basis()
         logdet = jnp.sum(jnp.where(pos, jnp.log(jnp.where(pos, lam, 1.0)), 0.0))
         mv = self.mean.value
         return 0.5 * (jnp.sum(W**2) - jnp.sum(pos) + mv @ mv - logdet)
 
-    def whitened_natural(self, Lmm):
+    def whitened_natural(self, Lmm: Float[Array, "M M"]
+                        ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         raise TypeError("LowRankQ has no natural parameters; fit it with a particle flow")
 
-    def from_whitened_natural(self, theta1, P, Lmm):
+    def from_whitened_natural(self, theta1: Float[Array, " M"], P: Float[Array, "M M"],
+                              Lmm: Float[Array, "M M"]) -> QPosterior:
         return self.whitened_natural(Lmm)
 
-    def mean_cov(self, Kmm, Lmm):
+    def mean_cov(self, Kmm: Float[Array, "M M"], Lmm: Float[Array, "M M"]
+                ) -> tuple[Float[Array, " M"], Float[Array, "M M"]]:
         W, Q, _, _ = self._basis()
         Sv = W @ W.T + jnp.eye(W.shape[0], dtype=W.dtype) - Q @ Q.T
         return Lmm @ self.mean.value, Lmm @ Sv @ Lmm.T
@@ -312,7 +346,7 @@ class LowRankQ(QPosterior):
         return self.mean.raw.shape[0] * (1 + self.factor.raw.shape[1])
 
 
-def make_q(kind, Lmm):
+def make_q(kind: str | QPosterior, Lmm: Float[Array, "M M"]) -> QPosterior:
     """A q(u) at the prior for ``kind`` in {"whitened", "cholesky", "natural",
     "natural_whitened", "site"} (or a QPosterior, returned as is)."""
     if isinstance(kind, QPosterior):

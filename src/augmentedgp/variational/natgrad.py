@@ -22,18 +22,24 @@ not; if 30 halvings do not help, q is left unchanged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree, Shaped
 
 from augmentedgp.core import linalg
-from augmentedgp.variational.families import SiteQ, map_latents
+from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.variational.families import QPosterior, SiteQ, map_latents
 
 _MAX_HALVINGS = 30
 
 
-def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int | None = None, key=None):
+def quadrature_sites(likelihood: Likelihood, y: Shaped[Array, " n"], mean: Float[Array, "n ..."],
+                     var: Float[Array, "n ..."], prior_mean: Float[Array, "n ..."],
+                     n: int | None = None, key: PRNGKeyArray | None = None
+                    ) -> tuple[Float[Array, "n ..."], Float[Array, "n ..."]]:
     """(beta, gamma) from the derivatives of E_q[log p(y|f)] at the current marginals."""
     gm, gv = jax.grad(lambda m, v: jnp.sum(likelihood.variational_expectations(y, m, v, n, key)),
                       (0, 1))(mean, var)
@@ -41,7 +47,8 @@ def quadrature_sites(likelihood, y, mean, var, prior_mean, n: int | None = None,
     return gm + gamma * (mean - prior_mean), gamma
 
 
-def site_objective(beta, gamma, mean_g, var):
+def site_objective(beta: Float[Array, "n ..."], gamma: Float[Array, "n ..."],
+                   mean_g: Float[Array, "n ..."], var: Float[Array, "n ..."]) -> Float[Array, ""]:
     """sum_i beta_i E[g_i] - 1/2 gamma_i E[g_i^2]: a surrogate data term whose gradient in
     the marginals (and hence in any q parameters) equals that of the true one."""
     return jnp.sum(beta * mean_g - 0.5 * gamma * (mean_g**2 + var))
@@ -62,8 +69,12 @@ def _backoff(ok_at, rho):
     return jnp.where(k < _MAX_HALVINGS, r, 0.0)
 
 
-def natural_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rho, psd: bool = False,
-                 multi: bool = False):
+def natural_step(q: QPosterior, Kmm: Float[Array, "*c M M"], Lmm: Float[Array, "*c M M"],
+                 Kmn: Float[Array, "*c M n"], A: Float[Array, "*c M n"],
+                 kdiag: Float[Array, "*c n"], beta: Float[Array, "n ..."],
+                 gamma: Float[Array, "n ..."], scale: float | Float[Array, ""],
+                 rho: float | Float[Array, ""], psd: bool = False, multi: bool = False
+                ) -> tuple[QPosterior, Float[Array, ""]]:
     """q after one natural-gradient step of size rho towards the sites; returns (q, rho).
 
     ``psd=True`` promises gamma >= 0 (augmented sites): the target precision is then
@@ -73,8 +84,12 @@ def natural_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rho, psd: bool 
     return q, rho
 
 
-def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bool = False,
-                   multi: bool = False):
+def scheduled_step(q: QPosterior, Kmm: Float[Array, "*c M M"], Lmm: Float[Array, "*c M M"],
+                   Kmn: Float[Array, "*c M n"], A: Float[Array, "*c M n"],
+                   kdiag: Float[Array, "*c n"], beta: Float[Array, "n ..."],
+                   gamma: Float[Array, "n ..."], scale: float | Float[Array, ""], rate: Callable,
+                   psd: bool = False, multi: bool = False
+                  ) -> tuple[QPosterior, Float[Array, ""], PyTree]:
     """As :func:`natural_step` with the step size from ``rate(direction) -> (rho, aux)``,
     where direction is the flattened natural gradient (target minus current whitened
     natural parameters, or the site family's Fisher step); returns (q, rho, aux).
@@ -86,7 +101,9 @@ def scheduled_step(q, Kmm, Lmm, Kmn, A, kdiag, beta, gamma, scale, rate, psd: bo
                            psd, multi)
 
 
-def site_statistics(A, beta, gamma, multi: bool = False):
+def site_statistics(A: Float[Array, "*c M n"], beta: Float[Array, "n ..."],
+                    gamma: Float[Array, "n ..."], multi: bool = False
+                   ) -> tuple[Float[Array, "*c M"], Float[Array, "*c M M"]]:
     """The data's part of the natural-gradient target, (A beta, A diag(gamma) A^T) with
     A = Lmm^-1 Kmn: sums over the points, so the statistics of disjoint partitions of the
     data add up to those of the whole (:mod:`augmentedgp.training.distributed`). With ``multi``,
@@ -96,8 +113,10 @@ def site_statistics(A, beta, gamma, multi: bool = False):
     return A @ beta, (A * gamma) @ A.T
 
 
-def statistics_step(q, Kmm, Lmm, statistics, scale, rate, psd: bool = False,
-                    multi: bool = False):
+def statistics_step(q: QPosterior, Kmm: Float[Array, "*c M M"], Lmm: Float[Array, "*c M M"],
+                    statistics: tuple[Float[Array, "*c M"], Float[Array, "*c M M"]],
+                    scale: float | Float[Array, ""], rate: Callable, psd: bool = False,
+                    multi: bool = False) -> tuple[QPosterior, Float[Array, ""], PyTree]:
     """:func:`scheduled_step` from summed :func:`site_statistics` (s1, S2) of the data: the
     target is theta1* = scale s1, P* = I + scale S2; the site family takes its Fisher step,
     whose data term is also a function of (s1, S2)."""

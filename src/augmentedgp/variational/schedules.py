@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PyTree
 
 from augmentedgp.core.validation import check_int, check_positive, check_real
+
+#: The state of :class:`Adaptive`: running means of the direction and of its squared norm,
+#: and the memory tau.
+AdaptiveState = tuple[Float[Array, " p"], Float[Array, ""], Float[Array, ""]]
 
 
 class Schedule(eqx.Module):
@@ -19,11 +24,12 @@ class Schedule(eqx.Module):
     def __call__(self, t):
         raise NotImplementedError
 
-    def init(self, size: int):
+    def init(self, size: int) -> PyTree:
         """The initial state for directions of length ``size``."""
         return None
 
-    def rate(self, state, t, direction):
+    def rate(self, state: PyTree, t: Int[Array, ""], direction: Float[Array, " p"]
+            ) -> tuple[Float[Array, ""], PyTree]:
         """(rho at step t, the next state)."""
         return self(t), state
 
@@ -96,10 +102,11 @@ class Adaptive(Schedule):
     def __call__(self, t):
         raise TypeError("Adaptive depends on the gradients: use rate(state, t, direction)")
 
-    def init(self, size: int):
+    def init(self, size: int) -> AdaptiveState:
         return jnp.zeros(size), jnp.zeros(()), jnp.asarray(float(self.init_steps))
 
-    def rate(self, state, t, direction):
+    def rate(self, state: AdaptiveState, t: Int[Array, ""], direction: Float[Array, " p"]
+             ) -> tuple[Float[Array, ""], AdaptiveState]:
         g_bar, h_bar, tau = state
         warm = t < self.init_steps
         w = jnp.where(warm, 1.0 / (t + 1.0), 1.0 / tau)
