@@ -1,6 +1,8 @@
 """augmentedgp: Gaussian processes with non-Gaussian likelihoods, in JAX.
 
-Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to opt out).
+Importing the package enables float64 in JAX (set AUGMENTEDGP_DISABLE_X64=1 to opt out)
+and changes nothing else; the BLAS thread limit and the compilation cache apply inside
+the library's own calls (``augmentedgp.core.runtime``).
 
 Layers, from the bottom (each imports only from those above it in this list):
 ``core`` -> ``kernels`` -> ``augmentation`` -> ``likelihoods`` -> ``variational`` ->
@@ -9,7 +11,7 @@ Layers, from the bottom (each imports only from those above it in this list):
 """
 
 import augmentedgp.core.precision  # noqa: F401  (first: float64 before any array is created)
-import augmentedgp.core.runtime  # noqa: F401  (BLAS thread limit, compilation cache)
+import augmentedgp.core.runtime  # noqa: F401  (reads the BLAS policy; applies nothing)
 from augmentedgp import (
     augmentation,
     contrib,

@@ -49,8 +49,9 @@ _A, _N, _M = 18.4, 27, 11
 _TOL_LOG_W = 1e-8  # the accuracy of the root in log w (module doc),
 _TOL_CDF = 1e-12  # or |F(w) - u| is (the CDF itself is accurate to ~1e-8)
 _MAX_STEPS = 100
-# the signed weights and imaginary parts (pi k) of the terms a_0..a_{n+m} of the Euler sum
-_WEIGHTS, _IM = map(jnp.asarray, euler_inversion_rule(_N, _M))
+# the signed weights and imaginary parts (pi k) of the terms a_0..a_{n+m} of the Euler sum;
+# numpy constants: a JAX array here would start JAX's backend and compile at import
+_WEIGHTS, _IM = euler_inversion_rule(_N, _M)
 
 
 def tilted_cdf(log_phi: Callable, c2: Float[ArrayLike, "*batch"], x: Float[ArrayLike, "*batch"]

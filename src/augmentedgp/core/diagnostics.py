@@ -22,8 +22,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy import special, stats
-from scipy.fft import next_fast_len
 
 from augmentedgp.core.validation import check_int
 
@@ -81,6 +79,8 @@ def _autocov(x: np.ndarray) -> np.ndarray:
     """
     n = x.shape[1]
     xc = x - x.mean(axis=1, keepdims=True)
+    from scipy.fft import next_fast_len  # scipy loads on first use, not on import
+
     m = next_fast_len(2 * n)
     f = np.fft.rfft(xc, n=m, axis=1)
     return np.fft.irfft(f * np.conj(f), n=m, axis=1)[:, :n] / n
@@ -96,6 +96,8 @@ def _split(x: np.ndarray) -> np.ndarray:
 def _z_scale(x: np.ndarray) -> np.ndarray:
     """Rank normalisation (Vehtari et al. 2021, Sec. 4.1): pooled average ranks ``r`` of all ``S``
     draws, ``z = Phi^{-1}((r - 3/8) / (S + 1/4))`` (Blom 1958 offsets)."""
+    from scipy import special, stats  # ~1 s of `import augmentedgp` if imported at the top
+
     c, n, k = x.shape
     size = c * n
     r = stats.rankdata(np.ascontiguousarray(x.reshape(size, k).T), method="average", axis=-1)

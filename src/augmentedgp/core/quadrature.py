@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import jax.scipy.stats
 import numpy as np
 from jax import lax
-from scipy.special import comb
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -213,7 +212,8 @@ def euler_inversion_rule(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     (binomial) averaging of the partial sums s_n..s_{n+m}: the weight of term k is
     P(Binomial(m, 1/2) >= k - n). numpy arrays (n + m + 1,)."""
     k = np.arange(n + m + 1)
-    tail = np.array([comb(m, np.arange(j, m + 1)).sum() for j in range(m + 1)]) / 2.0**m
+    tail = np.array([sum(math.comb(m, i) for i in range(j, m + 1))  # no scipy on import
+                     for j in range(m + 1)]) / 2.0**m
     w = np.where(k <= n, 1.0, tail[np.clip(k - n, 0, m)])
     w[0] *= 0.5  # the trapezoid's half weight on the real point
     signs = np.where(k % 2 == 0, 1.0, -1.0)

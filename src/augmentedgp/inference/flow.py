@@ -56,6 +56,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimizer, run_steps
 from augmentedgp.core.params import log_prior, partition_trainable
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_int, check_key
 
 _LOG2PI = math.log(2 * math.pi)
@@ -142,6 +143,7 @@ class VariationalGaussian(eqx.Module):
         v = jnp.sum(self.factor**2, axis=1)
         return v if self.sd is None else v + self.sd**2
 
+    @limits
     def sample(self, key: PRNGKeyArray, n: int = 1) -> Float[Array, "n D"]:
         """(n, D) draws x = mean + sd * e + factor xi (eq. 16 with scalar xi per particle:
         ``factor`` is a square root of C, not a Cholesky factor)."""
@@ -152,6 +154,7 @@ class VariationalGaussian(eqx.Module):
             x = x + self.sd * jax.random.normal(k2, (n, self.dim))
         return x
 
+    @limits
     def sample_tree(self, key: PRNGKeyArray, n: int = 1) -> PyTree[Float[Array, "n ..."]]:
         """Draws as pytrees shaped like ``init`` (stacked along a leading axis of size n)."""
         return jax.vmap(self.unravel)(self.sample(key, n))
@@ -750,6 +753,7 @@ def _run(target: Target, x0, method, key, blocks, *, max_iter, tol, learning_rat
     return dataclasses.replace(q, history=hist), fitted
 
 
+@limits
 def fit_gaussian(target: Target | Callable[[PyTree], Float[Array, ""]],
                  init: PyTree[Float[ArrayLike, " ..."]],
                  method: FlowMethod | None = None, *,
@@ -772,6 +776,7 @@ def fit_gaussian(target: Target | Callable[[PyTree], Float[Array, ""]],
                                window=window)[0]
 
 
+@limits
 def fit_gaussian_target(target: Target | Callable[[PyTree], Float[Array, ""]],
                         init: PyTree[Float[ArrayLike, " ..."]],
                         method: FlowMethod | None = None, *,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.params import real
+from augmentedgp.core.runtime import limits
 from augmentedgp.inference.flow import (
     ADVI,
     SVGD,
@@ -76,6 +77,7 @@ class GPTarget(Target):
         return -scale * term + 0.5 * jnp.sum(V**2, axis=1) + 0.5 * V.shape[1] * _LOG2PI
 
 
+@limits
 def fit_flow(model: SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
              method: ParticleFlow | GaussianFlow | ADVI | SVGD, *,
              key: PRNGKeyArray | None = None, max_iter: int = 1000, tol: float = 0.0,

@@ -61,6 +61,7 @@ from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 from augmentedgp.core import linalg
 from augmentedgp.core.loop import progress
 from augmentedgp.core.params import log_prior, parameters, partition_trainable
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import (
     MAX_VALUES,
     check_int,
@@ -333,6 +334,7 @@ def _run(model: MCGP, X, y, key, settings: GibbsSampling, verbose: bool = False)
                        not settings.hyper_every)
 
 
+@limits
 def sample(model: MCGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
            inference: GibbsSampling | None = None, *, key: PRNGKeyArray | None = None,
            verbose: bool = False) -> MCPosterior:

@@ -12,6 +12,7 @@ from augmentedgp.core import linalg
 from augmentedgp.core.errors import NotPositiveDefiniteError
 from augmentedgp.core.linalg import site_factors
 from augmentedgp.core.loop import History
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
@@ -69,6 +70,7 @@ class GP(eqx.Module):
         y = self.likelihood.targets(y, X.shape[0])
         return jnp.asarray(X), jnp.asarray(y)
 
+    @limits
     def log_marginal_likelihood(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                                 inference: Exact | Laplace | EP | None = None) -> float:
         """log p(y | X) at the current hyperparameters (approximate for Laplace/EP)."""
@@ -79,6 +81,7 @@ class GP(eqx.Module):
             raise NotPositiveDefiniteError("kernel matrix")
         return float(value)
 
+    @limits
     def posterior(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                   inference: Exact | Laplace | EP | None = None,
                   history: History | None = None) -> SitePosterior:

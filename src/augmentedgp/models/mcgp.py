@@ -17,6 +17,7 @@ from jaxtyping import Array, ArrayLike, Float, Shaped
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core import diagnostics, linalg
 from augmentedgp.core.params import Parameter, fixed, partition_trainable
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean
@@ -147,6 +148,7 @@ class MCPosterior(FittedPosterior):
         ((C,) n*, n*) -- of f(Xnew) given each sample (S = n_chains * n_samples)."""
         return _conditionals(self, self._check_new(Xnew), full_cov)
 
+    @limits
     def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         """Posterior mean and variance (or covariance) of f(Xnew): the moments of the
@@ -161,6 +163,7 @@ class MCPosterior(FittedPosterior):
             return mean, var + d.T @ d / d.shape[0]
         return mean, var + jnp.einsum("sic,sjc->cij", d, d) / d.shape[0]
 
+    @limits
     def predict_y(self, Xnew: Float[ArrayLike, "n d"]
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """Mean and variance of y at Xnew, mixed over the samples (multi-class: the class
@@ -173,6 +176,7 @@ class MCPosterior(FittedPosterior):
         mean = jnp.mean(ey, 0)
         return check_moments(self.likelihood, mean, jnp.mean(vy + ey**2, 0) - mean**2)
 
+    @limits
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,), or p(y = k | Xnew, data) (n*, C): the average over
         samples of p(y | f(Xnew)) integrated over p(f(Xnew) | sample) (by the likelihood's
@@ -185,6 +189,7 @@ class MCPosterior(FittedPosterior):
             return jnp.mean(self.likelihood.predict_proba(means, var), 0)
         return _class_proba(self.likelihood, means, var)
 
+    @limits
     def predict_log_density(self, Xnew: Float[ArrayLike, "n d"], ynew: Shaped[ArrayLike, " n"]
                             ) -> Float[Array, " n"]:
         """log p(y* | x*, data) per test point: log of the sample average of p(y* | sample)."""

@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core import linalg
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import MAX_VALUES, check_int, check_key, check_X, require_finite
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.likelihoods.base import Likelihood
@@ -40,12 +41,14 @@ class Predictive(eqx.Module):
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         raise NotImplementedError
 
+    @limits
     def predict_y(self, Xnew: Float[ArrayLike, "n d"]
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"]]:
         """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p)).
         A ValueError where they do not exist (Student-t noise with df <= 2) or overflow."""
         return check_moments(self.likelihood, *self.likelihood.predict_y(*self.predict_f(Xnew)))
 
+    @limits
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,) for binary likelihoods, or p(y = k | Xnew, data)
         (n*, C) for multi-class ones, averaged over the latent posterior."""
@@ -54,6 +57,7 @@ class Predictive(eqx.Module):
                             f"multi-class), not {self.likelihood}")
         return self.likelihood.predict_proba(*self.predict_f(Xnew))
 
+    @limits
     def predict_log_density(self, Xnew: Float[ArrayLike, "n d"], ynew: Shaped[ArrayLike, " n"]
                             ) -> Float[Array, " n"]:
         """log p(y* | x*, data) = log int p(y*|f) q(f) df per test point (n*,)."""
@@ -61,6 +65,7 @@ class Predictive(eqx.Module):
         ynew = jnp.asarray(self.likelihood.targets(ynew, Xnew.shape[0], "ynew"))
         return self.likelihood.predictive_log_prob(ynew, *self.predict_f(Xnew))
 
+    @limits
     def sample_f(self, key: PRNGKeyArray, Xnew: Float[ArrayLike, "n d"], n_samples: int = 1
                  ) -> Float[Array, "S n *C"]:
         """Joint posterior samples of f at Xnew, shape (n_samples, n*) -- or
@@ -81,6 +86,7 @@ class Predictive(eqx.Module):
         samples = mean + jnp.einsum("cij,sjc->sic", Lc, eps)
         return samples[..., 0] if single else samples
 
+    @limits
     def predict_class(self, Xnew: Float[ArrayLike, "n d"]) -> Shaped[np.ndarray, " n"]:
         """The most probable class label at each row of Xnew (multi-class likelihoods),
         in the labels the likelihood was given."""
@@ -131,6 +137,7 @@ class SitePosterior(FittedPosterior):
     def _check_new(self, Xnew):
         return jnp.asarray(check_X(Xnew, "Xnew", d=self.X.shape[1]))
 
+    @limits
     def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
                   ) -> tuple[Float[Array, " n"], Float[Array, " n"] | Float[Array, "n n"]]:
         """Latent mean (n*,) and variance (n*,) -- or covariance (n*, n*) with full_cov."""

@@ -36,6 +36,7 @@ from jaxtyping import Array, ArrayLike, Float, Shaped
 from augmentedgp.augmentation.protocol import Augmented
 from augmentedgp.core import linalg
 from augmentedgp.core.params import Parameter, fixed, real
+from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_X
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.kernels.means import Mean, Zero
@@ -285,6 +286,7 @@ class SVGP(Predictive):
     def _check_new(self, Xnew):
         return jnp.asarray(check_X(Xnew, "Xnew", d=self.input_dim()))
 
+    @limits
     def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         """Latent mean (n*,) and variance (n*,), or covariance (n*, n*) with full_cov;
@@ -858,6 +860,7 @@ class SparsePosterior(FittedPosterior):
     y: jax.Array
     history: object = eqx.field(static=True, default=None)
 
+    @limits
     def predict_f(self, Xnew: Float[ArrayLike, "n d"], full_cov: bool = False
                   ) -> tuple[Float[Array, " n *C"], Float[Array, " n *C"] | Float[Array, "*C n n"]]:
         return self.model.predict_f(Xnew, full_cov)
