@@ -226,8 +226,6 @@ def test_fit_predict_and_sample_leave_the_pools_as_they_were(fitted):
 
 
 @multicore
-@pytest.mark.xfail(strict=True, reason="training/fit.py is being rewritten elsewhere; "
-                   "`fit` gets @augmentedgp.core.runtime.limits there")
 def test_fit_runs_with_the_limit(fitted):
     assert fitted["in_fit"] and all(p == [1] * len(fitted["before"]) for p in fitted["in_fit"])
 
@@ -299,8 +297,6 @@ def test_public_computations_carry_the_limits():
     assert [k for k, f in entries.items() if not wrapped(f)] == []
 
 
-@pytest.mark.xfail(strict=True, reason="training/fit.py is being rewritten elsewhere; "
-                   "`fit` gets @augmentedgp.core.runtime.limits there")
 def test_fit_carries_the_limits():
     import augmentedgp as agp
 

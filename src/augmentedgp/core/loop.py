@@ -15,18 +15,20 @@ import functools
 import time
 import warnings
 from collections.abc import Callable
-from typing import Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
 from augmentedgp.core.params import is_parameter, partition_trainable
 from augmentedgp.core.validation import check_int
+
+if TYPE_CHECKING:
+    import optax  # loaded on first use (import time)
 
 Status = Literal["converged", "early_stopped", "max_iter", "budget", "callback", "non_finite",
                  "stalled"]
@@ -133,6 +135,8 @@ def optax_optimizer(optimizer, learning_rate):
             raise ValueError("optimizer must be 'lbfgs', 'adam' or an optax transformation, "
                              f"got {optimizer!r}")
         return _adam(learning_rate)
+    import optax
+
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError("optimizer must be 'adam' or an optax GradientTransformation, got "
                         f"{type(optimizer).__name__} {optimizer!r}")
@@ -141,6 +145,8 @@ def optax_optimizer(optimizer, learning_rate):
 
 @functools.lru_cache(maxsize=32)
 def _adam(learning_rate):
+    import optax
+
     return optax.adam(learning_rate)  # one object per rate, so compiled chunks are reused
 
 
@@ -162,6 +168,8 @@ class OptaxState(NamedTuple):
 
 
 def _optax_step(carry: OptaxState, args):
+    import optax
+
     static, loss, loss_args, opt = args
     value, grad = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), *loss_args))(
         carry.params)

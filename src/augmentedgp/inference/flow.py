@@ -43,13 +43,12 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
@@ -58,6 +57,9 @@ from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimiz
 from augmentedgp.core.params import log_prior, partition_trainable
 from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_int, check_key
+
+if TYPE_CHECKING:
+    pass  # loaded on first use (import time)
 
 _LOG2PI = math.log(2 * math.pi)
 _LOG2PIE = _LOG2PI + 1.0
@@ -626,6 +628,8 @@ class ADVI(FlowMethod):
             gs = jnp.tril(G.T @ eps / S) - jnp.diag(1.0 / jnp.diagonal(s))
         grads = (jnp.mean(G, axis=0), gs)
         updates, opt_state = self._opt().update(grads, state.opt_state, state.params)
+        import optax
+
         return _ADVIState(optax.apply_updates(state.params, updates), opt_state)
 
     def _gaussian(self, state, blocks):

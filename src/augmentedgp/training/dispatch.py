@@ -14,13 +14,15 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import optax
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
+
+if TYPE_CHECKING:
+    import optax  # loaded on first use (import time)
 
 OPTIMIZERS = ("lbfgs", "l-bfgs", "l-bfgs-b", "adam")  # by name; or an optax transformation
 
@@ -54,6 +56,8 @@ class FitSettings:
     def check(cls, **settings) -> FitSettings:
         """The settings, each checked: a ValueError (a bad value) or TypeError (a bad type)
         naming the argument."""
+        import optax
+
         s = cls(**settings)
         optimizer = s.optimizer
         if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):

@@ -11,17 +11,22 @@ estimators' size-dependent plan (``training.planned``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optax
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
+
+from augmentedgp.core.runtime import limits
 
 # the trainings register themselves with the dispatcher when imported
 from augmentedgp.training import collapsed, marginal, planned, variational  # noqa: F401
 from augmentedgp.training.dispatch import FitSettings, train
 from augmentedgp.training.marginal import perturb
 
+if TYPE_CHECKING:
+    import optax  # loaded on first use (import time)
 
+
+@limits
 def fit(model, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], inference=None, *,
         optimizer: str | optax.GradientTransformation | None = None,
         max_iter: int | None = None, learning_rate: float | None = None,
