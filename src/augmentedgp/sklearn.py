@@ -18,7 +18,6 @@ import warnings
 
 import equinox as eqx
 import numpy as np
-import scipy.stats
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -34,16 +33,15 @@ except ImportError as err:
 from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik
 from augmentedgp.core.params import fixed, positive
-from augmentedgp.core.quadrature import gauss_legendre, hermite_nodes
 from augmentedgp.core.validation import check_finite, check_int, check_vector, check_y
 from augmentedgp.datasets import Standardizer
 from augmentedgp.inference.plan import Plan
+from augmentedgp.likelihoods.quantiles import check_levels
 from augmentedgp.models.sparse import VGP
 from augmentedgp.training.fit import fit
 
 KERNELS = {"rbf": _kernels.RBF, "matern12": _kernels.Matern12, "matern32": _kernels.Matern32,
            "matern52": _kernels.Matern52, "rq": _kernels.RationalQuadratic}
-_GH, _GL = 40, 200  # Gauss-Hermite and Gauss-Legendre nodes of the predictive quantiles
 
 
 def _choice(value, options, name):
@@ -215,10 +213,6 @@ class _GPEstimator(BaseEstimator):
 class _Regressor(RegressorMixin, _GPEstimator):
     """Regression-type estimators: predictive mean, sd and quantiles of y."""
 
-    def _noise(self):
-        """The observation noise as a frozen scipy distribution of y - f, or None (counts)."""
-        return None
-
     @property
     def target_scale_(self) -> tuple[float, float]:
         """(shift, scale) with y = shift + scale * (the target the model was fitted on)."""
@@ -252,16 +246,12 @@ class _Regressor(RegressorMixin, _GPEstimator):
         return np.asarray(_predictive_log_prob(lik, yy, mean, var)) - np.log(scale)
 
     def predict_quantiles(self, X, quantiles=(0.025, 0.5, 0.975)) -> np.ndarray:
-        """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)).
-        Gaussian noise: closed form. Other noise: the predictive CDF P(f + e <= t) is
-        integrated over whichever of q(f) and the noise is the wider (Gauss-Hermite over f,
-        or Gauss-Legendre over the noise's quantiles), then inverted by bisection. Counts:
-        the smallest count whose predictive CDF reaches the level."""
-        q = np.atleast_1d(check_finite(quantiles, "quantiles"))
-        if q.ndim != 1 or not np.all((q > 0) & (q < 1)):
-            raise ValueError(f"quantiles must lie strictly inside (0, 1), got {quantiles!r}")
-        mean, var = self._latent(X)
-        out = np.stack([self._quantile(mean, np.maximum(var, 0.0), level) for level in q], 1)
+        """Quantiles of the predictive distribution of y at X, shape (n, len(quantiles)):
+        the fitted posterior's ``predict_quantiles`` (see the likelihoods'
+        ``predictive_quantile``), on the original scale of y."""
+        q = check_levels(quantiles)
+        X = self._check_X(X)
+        out = self.posterior_.predict_quantiles(self._scaler.transform(X), q)
         shift, scale = self.target_scale_
         return _check_finite_output(out * scale + shift, "predictive quantiles")
 
@@ -272,30 +262,6 @@ class _Regressor(RegressorMixin, _GPEstimator):
             raise ValueError(f"level must lie strictly inside (0, 1), got {level!r}")
         qs = self.predict_quantiles(X, (0.5 - level / 2, 0.5 + level / 2))
         return qs[:, 0], qs[:, 1]
-
-    def _quantile(self, mean, var, level):
-        noise = self._noise()
-        sd = np.sqrt(var)
-        if isinstance(self.posterior_.likelihood, _lik.Gaussian):  # y ~ N(mean, var + s^2)
-            return scipy.stats.norm.ppf(level, mean, np.sqrt(var + noise.var()))
-        x, w = hermite_nodes(_GH)
-        f = mean[:, None] + sd[:, None] * x  # E_{N(m, v)}[g(f)] = sum_k w_k g(m + sd x_k)
-        p, wp = gauss_legendre(_GL, 0.0, 1.0)
-        e = noise.ppf(p)  # E[g(e)] = int_0^1 g(F^-1(p)) dp, Gauss-Legendre
-        wide_noise = (noise.ppf(0.75) - noise.ppf(0.25)) / 1.349 >= sd  # robust scales
-        z = lambda t: (t[:, None] - e - mean[:, None]) / np.where(wide_noise, 1.0, sd)[:, None]
-
-        def cdf(t):
-            return np.where(wide_noise, np.sum(w * noise.cdf(t[:, None] - f), axis=1),
-                            np.sum(wp * scipy.stats.norm.cdf(z(t)), axis=1))
-
-        # every node's own quantile brackets the mixture's
-        lo, hi = f.min(1) + noise.ppf(level), f.max(1) + noise.ppf(level)
-        for _ in range(80):
-            mid = 0.5 * (lo + hi)
-            below = cdf(mid) < level
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return 0.5 * (lo + hi)
 
 
 class GPRegressor(_Regressor):
@@ -366,14 +332,6 @@ class GPRegressor(_Regressor):
             z, self._y_shift, self._y_scale_ = y, 0.0, 1.0
         return self._fit_latent(X, z, self._likelihoods[name](self), frozen=not np.any(z))
 
-    def _noise(self):
-        lik = self.posterior_.likelihood
-        if isinstance(lik, _lik.Gaussian):
-            return scipy.stats.norm(scale=float(np.sqrt(lik.variance.value)))
-        if isinstance(lik, _lik.StudentT):
-            return scipy.stats.t(float(lik.df.value), scale=float(lik.scale.value))
-        return scipy.stats.laplace(scale=float(lik.scale.value))
-
 
 class GPCountRegressor(_Regressor):
     """Gaussian-process regression of counts: Poisson (log link, quadrature VI, whose
@@ -411,22 +369,6 @@ class GPCountRegressor(_Regressor):
         if np.any(y < 0):
             raise ValueError(f"y must hold non-negative counts, got minimum {y.min()}")
         return d2_tweedie_score(y, self.predict(X), sample_weight=sample_weight, power=1)
-
-    def _quantile(self, mean, var, level):
-        lik = self.posterior_.likelihood
-        x, w = hermite_nodes(_GH)
-        f = mean[:, None] + np.sqrt(var)[:, None] * x
-        if isinstance(lik, _lik.Poisson):
-            dist = scipy.stats.poisson(lik.binsize * np.exp(f))
-        else:  # mean r e^f: scipy's nbinom(n = r, p = sigmoid(-f))
-            dist = scipy.stats.nbinom(float(lik.r.value), scipy.special.expit(-f))
-        node_q = dist.ppf(level)  # the smallest count whose CDF reaches the level, per node
-        lo, hi = node_q.min(1) - 1, node_q.max(1)  # CDF(lo) < level <= CDF(hi)
-        while np.any(hi - lo > 1):
-            mid = np.floor(0.5 * (lo + hi))
-            below = np.sum(w * dist.cdf(mid[:, None]), axis=1) < level
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return hi
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

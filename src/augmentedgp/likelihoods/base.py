@@ -13,6 +13,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.core.quadrature import gauss_hermite, log_gauss_hermite
@@ -35,8 +36,9 @@ class Likelihood(eqx.Module):
     keeping their signatures: ``grad_log_prob(y, f)``, ``hess_log_prob(y, f)``,
     ``variational_expectations(y, mean, var, n=None, key=None)``,
     ``predictive_log_prob(y, mean, var)``, ``predict_y(mean, var, n=None)`` and
-    ``check_targets(y, name="y")``. Class attributes: ``support``, the set of targets y
-    ("real", "positive", "unit", "binary", "counts" or "classes"), ``normalised``
+    ``check_targets(y, name="y")``; ``predictive_quantile(mean, var, level)`` (host-side)
+    has no generic form. Class attributes: ``support``, the set of targets y ("real",
+    "positive", "unit", "binary", "counts" or "classes"), ``normalised``
     (False for a pseudo-likelihood whose p(y | f) does not sum to 1 over y) and
     ``twice_differentiable`` (False where log p(y | f) has a kink in f, so that its
     curvature is zero almost everywhere: the Laplace approximation refuses it) and
@@ -118,6 +120,17 @@ class Likelihood(eqx.Module):
                             mean, var, n)
         return ey, jnp.maximum(ey2 - ey**2, 0.0)
 
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y when f ~ N(mean, var), elementwise (numpy in and
+        out, computed on the host). Implemented by Gaussian (closed form), StudentT and
+        Laplace (:func:`~augmentedgp.likelihoods.quantiles.noise_quantile`), Poisson and
+        NegativeBinomial (:func:`~augmentedgp.likelihoods.quantiles.count_quantile`); a
+        NotImplementedError here."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no predictive quantiles (implemented for Gaussian, "
+            "StudentT, Laplace, Poisson and NegativeBinomial)")
+
 
 class MultiLatent(Likelihood):
     """A likelihood of ``num_latent`` latent functions: f and the marginals mean, var are
@@ -137,6 +150,12 @@ class MultiLatent(Likelihood):
     def hess_log_prob(self, y: Shaped[Array, " n"], f: Float[Array, " n C"]) -> Array:
         """Not available: raises TypeError (several latent functions)."""
         return self.grad_log_prob(y, f)
+
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """Not available: raises TypeError (y depends on several latent functions)."""
+        raise TypeError(f"{type(self).__name__} has several latent functions: its predictive "
+                        "quantiles are not implemented")
 
 
 

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln, xlogy
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree, Shaped
 
@@ -17,6 +18,7 @@ from augmentedgp.augmentation.protocol import Augmented, CountAux, PolyaGamma, S
 from augmentedgp.core.params import Parameter, scalar_positive
 from augmentedgp.core.validation import check_counts, check_positive, require_finite
 from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.quantiles import count_quantile
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -76,6 +78,16 @@ class Poisson(Likelihood):
         ey = jnp.exp(log_ey)
         return require_finite("Poisson predict_y: the predictive mean or variance",
                               ey, ey + jnp.exp(2.0 * log_ey + v + jnp.log1p(-jnp.exp(-v))))
+
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y ~ Poisson(binsize e^f), f ~ N(mean, var): the
+        smallest count whose predictive CDF reaches ``level`` (numpy):
+        :func:`~augmentedgp.likelihoods.quantiles.count_quantile`."""
+        import scipy.stats
+
+        return count_quantile(lambda f: scipy.stats.poisson(self.binsize * np.exp(f)), mean,
+                              var, level)
 
 
 class PoissonTilt(NamedTuple):
@@ -211,6 +223,18 @@ class NegativeBinomial(Likelihood, PolyaGamma):
         extra = jnp.exp(2.0 * log_ey + var + jnp.log(1.0 + 1.0 / r - jnp.exp(-var)))
         return require_finite("NegativeBinomial predict_y: the predictive mean or variance",
                               ey, ey + extra)
+
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y, f ~ N(mean, var): the smallest count whose
+        predictive CDF reaches ``level`` (numpy):
+        :func:`~augmentedgp.likelihoods.quantiles.count_quantile`."""
+        import scipy.special
+        import scipy.stats
+
+        r = float(self.r.value)  # mean r e^f: scipy's nbinom(n = r, p = sigmoid(-f))
+        return count_quantile(lambda f: scipy.stats.nbinom(r, scipy.special.expit(-f)), mean,
+                              var, level)
 
     def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         """sigmoid(f)^y sigmoid(-f)^r = 2^{-(y + r)} e^{(y - r) f / 2} cosh(f / 2)^{-(y + r)}."""

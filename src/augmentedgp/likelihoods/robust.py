@@ -18,6 +18,7 @@ from augmentedgp.core.quadrature import kinked_expectation, uniform_nodes
 from augmentedgp.core.validation import is_concrete, require_finite
 from augmentedgp.likelihoods.base import Likelihood
 from augmentedgp.likelihoods.numerics import log_gamma_density, log_inv_gamma, sqrt_floor
+from augmentedgp.likelihoods.quantiles import check_level, noise_quantile
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -65,6 +66,16 @@ class Gaussian(Likelihood, ScaleMixture):
                  ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """Mean and variance of y."""
         return mean, var + self.variance.value
+
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y ~ N(mean, var + variance) (numpy, closed form)."""
+        import scipy.stats
+
+        level = check_level(level)
+        var = np.maximum(np.asarray(var, np.float64), 0.0)
+        return scipy.stats.norm.ppf(level, np.asarray(mean, np.float64),
+                                    np.sqrt(var + float(self.variance.value)))
 
     def predictive_log_prob(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
                             var: Float[Array, " n"]) -> Float[Array, " n"]:
@@ -171,6 +182,15 @@ class StudentT(Likelihood, ScaleMixture):
         self.check_variance("predict_y")
         return mean, var + self.conditional_variance(mean)
 
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y = f + scale * t_df, f ~ N(mean, var) (numpy):
+        :func:`~augmentedgp.likelihoods.quantiles.noise_quantile`."""
+        import scipy.stats
+
+        noise = scipy.stats.t(float(self.df.value), scale=float(self.scale.value))
+        return noise_quantile(noise, mean, var, level)
+
     def check_variance(self, what: str) -> None:
         """A ValueError for ``what`` if the noise has no variance (df <= 2; a concrete df
         only: traced values pass)."""
@@ -265,6 +285,15 @@ class Laplace(Likelihood, ScaleMixture):
     def predict_y(self, mean: Float[Array, " n"], var: Float[Array, " n"], n: int | None = None
                  ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         return mean, var + 2.0 * self.scale.value**2
+
+    def predictive_quantile(self, mean: ArrayLike, var: ArrayLike, level: float
+                            ) -> Float[np.ndarray, " n"]:
+        """The ``level`` quantile of y = f + Laplace(0, scale) noise, f ~ N(mean, var)
+        (numpy): :func:`~augmentedgp.likelihoods.quantiles.noise_quantile`."""
+        import scipy.stats
+
+        return noise_quantile(scipy.stats.laplace(scale=float(self.scale.value)), mean, var,
+                              level)
 
     def super_gaussian(self, y: Shaped[Array, "*batch"]) -> SuperGaussianForm:
         return SuperGaussianForm(-jnp.log(2.0 * self.scale.value), 0.0, -y, 1.0)

@@ -176,6 +176,13 @@ class MCPosterior(FittedPosterior):
         mean = jnp.mean(ey, 0)
         return check_moments(self.likelihood, mean, jnp.mean(vy + ey**2, 0) - mean**2)
 
+    def predict_quantiles(self, Xnew: Float[ArrayLike, "n d"],
+                          quantiles: ArrayLike = (0.025, 0.5, 0.975)) -> np.ndarray:
+        """Not implemented: the predictive distribution is a mixture over the samples, not
+        the Gaussian q(f) the likelihood's ``predictive_quantile`` integrates over."""
+        raise NotImplementedError("MCPosterior has no predictive quantiles: q(f) is a "
+                                  "mixture over the samples")
+
     @limits
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
         """p(y = +1 | Xnew, data) (n*,), or p(y = k | Xnew, data) (n*, C): the average over

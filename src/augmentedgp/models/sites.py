@@ -22,6 +22,7 @@ from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import MAX_VALUES, check_int, check_key, check_X, require_finite
 from augmentedgp.kernels.covariance import Kernel
 from augmentedgp.likelihoods.base import Likelihood
+from augmentedgp.likelihoods.quantiles import check_levels
 
 
 def check_moments(likelihood, mean: Float[Array, " n *C"], var: Float[Array, " n *C"]
@@ -47,6 +48,18 @@ class Predictive(eqx.Module):
         """Mean and variance of y at Xnew (for binary likelihoods: p(y=+1) and p(1-p)).
         A ValueError where they do not exist (Student-t noise with df <= 2) or overflow."""
         return check_moments(self.likelihood, *self.likelihood.predict_y(*self.predict_f(Xnew)))
+
+    @limits
+    def predict_quantiles(self, Xnew: Float[ArrayLike, "n d"],
+                          quantiles: ArrayLike = (0.025, 0.5, 0.975)) -> Float[np.ndarray, "n q"]:
+        """Quantiles of the predictive distribution of y at Xnew, shape (n*, len(quantiles))
+        (numpy): the likelihood's ``predictive_quantile`` at each level, over the marginals
+        of q(f) from ``predict_f``. ``quantiles``: levels strictly inside (0, 1). Likelihoods
+        of one latent function: Gaussian, StudentT, Laplace, Poisson, NegativeBinomial."""
+        levels = check_levels(quantiles)
+        mean, var = (np.asarray(a) for a in self.predict_f(Xnew))
+        return np.stack([self.likelihood.predictive_quantile(mean, var, level)
+                         for level in levels], 1)
 
     @limits
     def predict_proba(self, Xnew: Float[ArrayLike, "n d"]) -> Float[Array, " n *C"]:
