@@ -489,7 +489,7 @@ class AgpRunner(Runner):
         max_iter = (max(1, int(self.rate * schedule.times[-1]) // (2 * self.chunk)) * 2
                     * self.chunk if self.staged and schedule.times else schedule.max_iter)
         post = self._fit(max_iter, callback)
-        if st["stop"] or post.history.message.endswith("stopped by callback"):
+        if st["stop"] or post.history.status == "callback":
             return st["stop"]
         self.model = post.model
         if st["last"] != post.history.n_iter:

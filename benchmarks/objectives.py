@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import augmentedgp as agp
+import augmentedgp.inference.plan as agp_plan
 import augmentedgp.sklearn as agp_sklearn
 
 L = agp.likelihoods
@@ -83,15 +84,15 @@ def small(args):
 
 @contextlib.contextmanager
 def estimator_objective(objective):
-    """The estimators fit their augmented models with ``objective`` (None: their own
-    choice, ``sklearn._objective``) inside the block."""
-    default = agp_sklearn._objective
+    """The estimators fit their augmented models with ``objective`` (None: the plan's own
+    choice, ``inference.plan.augmented_objective``) inside the block."""
+    default = agp_plan.augmented_objective
     if objective is not None:
-        agp_sklearn._objective = lambda likelihood, minibatch: objective
+        agp_plan.augmented_objective = lambda likelihood, minibatch: objective
     try:
         yield
     finally:
-        agp_sklearn._objective = default
+        agp_plan.augmented_objective = default
 
 
 def robust(args):

@@ -622,21 +622,21 @@ class CollapsedSparseGP(eqx.Module):
                              f"{[r.shape for r in ref]} (from initial_aux / update_aux)")
         return jax.tree_util.tree_map(jnp.asarray, q_aux)
 
-    def _public(self, X, y, q_aux):
+    def _validated(self, X, y, q_aux):
         X, y = self.validate_data(X, y)
         return X, y, self.check_aux(y, q_aux)
 
     def objective(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                   q_aux=None) -> float:
         """The training objective (:meth:`training_objective`) on checked input."""
-        return float(self.training_objective(*self._public(X, y, q_aux)))
+        return float(self.training_objective(*self._validated(X, y, q_aux)))
 
     def elbo(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None) -> float:
         """A lower bound on log p(y) whatever the model's objective
         (:meth:`lower_bound`): Titsias' collapsed bound for a Gaussian likelihood (also for
         DTC and FITC); otherwise the augmented bound at q(w) = ``q_aux`` and its optimal
         q(u) (the SVGP augmented ELBO there)."""
-        return float(self.lower_bound(*self._public(X, y, q_aux)))
+        return float(self.lower_bound(*self._validated(X, y, q_aux)))
 
     def initial_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"]):
         """The optimal state when q(u) is the prior p(u): a starting q(w) state."""
@@ -645,7 +645,7 @@ class CollapsedSparseGP(eqx.Module):
     def update_aux(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], q_aux=None):
         """The closed-form state update (:meth:`aux_step`): for q(w), optimal given the
         optimal q(u) given ``q_aux`` (never lowers :meth:`elbo`)."""
-        return self.aux_step(*self._public(X, y, q_aux))
+        return self.aux_step(*self._validated(X, y, q_aux))
 
     def upper_bound(self, X: Float[ArrayLike, "n d"], y: Float[ArrayLike, " n"]) -> float:
         """Titsias' upper bound on log p(y) ([Titsias2014]): a diagnostic of the gap
@@ -658,7 +658,7 @@ class CollapsedSparseGP(eqx.Module):
                   q_aux=None) -> NaturalQ:
         """The model's closed-form q(u) (given q(w) = ``q_aux`` for a non-Gaussian
         likelihood), as whitened natural parameters."""
-        return self.closed_form_q(*self._public(X, y, q_aux))
+        return self.closed_form_q(*self._validated(X, y, q_aux))
 
     def to_svgp(self, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"],
                 q_aux=None) -> SVGP:

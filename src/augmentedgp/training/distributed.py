@@ -53,7 +53,7 @@ from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 from augmentedgp.training.step import (
     Statistics,
     VIState,
-    check_settings,
+    check_step_settings,
     init_state,
     model_at,
     prior_objective,
@@ -532,7 +532,7 @@ def _check(model, inference, hyper_every, max_iter):
     if isinstance(model.q, SiteQ):
         raise ValueError("q='site' takes a Fisher step that is not a sum over points; use "
                          "another q parameterisation")
-    return check_settings(inference, max_iter, hyper_every)
+    return check_step_settings(inference, max_iter, hyper_every)
 
 
 def _mesh(devices):

@@ -64,7 +64,7 @@ class Statistics(NamedTuple):
     S2: jax.Array  # sum_i w_i gamma_i a_i a_i^T                 (M, M) or (C, M, M)
 
 
-def check_settings(inference, max_iter, hyper_every) -> tuple[int, int]:
+def check_step_settings(inference, max_iter, hyper_every) -> tuple[int, int]:
     """(max_iter, hyper_every) as ints, checked against each other and the inference."""
     max_iter = check_int(max_iter, "max_iter")
     hyper_every = check_int(hyper_every, "hyper_every")
@@ -242,6 +242,6 @@ def vi_step(state: VIState, args):
     return update(state, stats, batches, scale, do_hyper, setup, factors)
 
 
-__all__ = ["check_settings", "VIState", "VISetup", "Statistics", "init_state", "statistics",
+__all__ = ["check_step_settings", "VIState", "VISetup", "Statistics", "init_state", "statistics",
            "prior_objective", "weighted", "update", "joint_step", "vi_step", "with_q", "model_at",
            "step_form", "user_form"]

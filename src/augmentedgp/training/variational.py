@@ -16,7 +16,7 @@ from augmentedgp.inference.flow_gp import fit_flow
 from augmentedgp.inference.vi import QuadratureVI, VariationalInference, stages, warn_if_loose
 from augmentedgp.models.sparse import SVGP, VGP, SparsePosterior
 from augmentedgp.training.dispatch import FitSettings, register, register_default
-from augmentedgp.training.step import check_settings, init_state, model_at, user_form, vi_step
+from augmentedgp.training.step import check_step_settings, init_state, model_at, user_form, vi_step
 
 MAX_ITER, LEARNING_RATE, TOL = 1000, 0.01, 1e-6  # defaults of the settings left at None
 
@@ -44,7 +44,7 @@ def fit_variational(model: SVGP, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike
         model = model.bind(X)
     inference.check(model)
     max_iter = MAX_ITER if s.max_iter is None else s.max_iter
-    max_iter, hyper_every = check_settings(inference, max_iter, s.hyper_every)
+    max_iter, hyper_every = check_step_settings(inference, max_iter, s.hyper_every)
     Xa, ya = model.validate_data(X, y)
     if inference.batch_size is not None and inference.batch_size > Xa.shape[0]:
         full = type(inference).__name__.replace("SVI", "VI")
