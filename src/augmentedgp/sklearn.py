@@ -285,8 +285,8 @@ class GPRegressor(_Regressor):
     batch_size : minibatches of stochastic VI (non-Gaussian likelihoods). ``"auto"``
         (default): full batch up to 2000 points; above, minibatches of 1000 points for
         30 epochs (600 to 5000 iterations; the stopping rule compares epoch averages of the
-        objective), then 10 full-batch iterations from that solution (module constants
-        ``FULL_BATCH_MAX``, ``AUTO_BATCH``, ``SVI_EPOCHS``, ``FINISH_ITER``). None: full
+        objective), then 10 full-batch iterations from that solution (the constants of
+        :mod:`augmentedgp.inference.plan`, which this estimator fits with). None: full
         batch; an int: minibatches of that size, no full-batch finish.
     df : Student-t degrees of freedom (fixed).
     inference : "auto" (augmented VI), "analytic" or "quadrature".
