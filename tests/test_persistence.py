@@ -55,7 +55,7 @@ LABELS = np.array(["ant", "bee", "cat"])
 def _history(n=3):
     """A training history as fit makes it (for the posteriors built without fitting)."""
     return History(objective=np.linspace(3.0, 1.0, n), wall_time=np.arange(1.0, n + 1),
-                   converged=True, message="relative change below tol", restarts=[],
+                   status="converged", message="relative change below tol", restarts=[],
                    step_size=np.full(n, 0.5))
 
 

@@ -537,6 +537,11 @@ class _Decoder:
             raise ModelFileError(f"{cls.__qualname__} is no longer a dataclass")
         fields = self.fields(node, "fields", where)
         cls, fields = self.split(cls, fields, where)
+        if issubclass(cls, History) and "converged" in fields:
+            # a training history saved before it had a status: converged or ran out
+            converged = fields["converged"] is True
+            fields = {k: v for k, v in fields.items() if k != "converged"}
+            fields["status"] = "converged" if converged else "max_iter"
         expected = {f.name for f in dataclasses.fields(cls)}
         if set(fields) - expected:
             raise ModelFileError(f"the saved {cls.__qualname__} has fields "
