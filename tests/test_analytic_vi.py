@@ -754,7 +754,7 @@ def test_bad_use_raises_value_error():
         agp.fit(agp.VGP(kern(), LIK.Logistic()), Xf, yf, agp.AnalyticSVI(5), max_iter=1)
     with pytest.raises(ValueError, match="batch_size"):
         agp.fit(logistic, X, y, agp.AnalyticSVI(81), max_iter=1)
-    with pytest.raises(ValueError, match="SVGP and VGP"):
+    with pytest.raises(ValueError, match="GP is not trained by AnalyticVI; it is by Exact"):
         agp.fit(agp.GP(kern(), LIK.Logistic()), X, y, agp.AnalyticVI())
     for bad in (0, 1.5, -3):
         with pytest.raises(ValueError, match="batch_size"):

@@ -186,5 +186,8 @@ def test_bad_use_raises_value_error():
     with pytest.raises(ValueError, match="TaylorPoint"):
         model.elbo(X, y, agp.SGPR(kern(), ZGRID, likelihood=LIK.Logistic()).initial_aux(
             X, y))
-    with pytest.raises(ValueError, match="rounds"):
+    with pytest.raises(ValueError, match="TaylorSGPR is not trained by QuadratureVI; it is by "
+                                         "CollapsedVI"):
         agp.fit(model, X, y, agp.QuadratureVI())
+    with pytest.raises(ValueError, match="rounds"):  # CollapsedVI's settings
+        agp.fit(model, X, y, optimizer="adam")

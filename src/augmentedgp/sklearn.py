@@ -32,6 +32,7 @@ except ImportError as err:
 
 from augmentedgp import kernels as _kernels
 from augmentedgp import likelihoods as _lik
+from augmentedgp.core.errors import user_stacklevel
 from augmentedgp.core.params import fixed, positive
 from augmentedgp.core.validation import check_finite, check_int, check_vector, check_y
 from augmentedgp.datasets import Standardizer
@@ -144,7 +145,7 @@ class _GPEstimator(BaseEstimator):
             # scikit-learn's convention: a max_iter the user set was too small
             warnings.warn(f"{type(self).__name__} stopped before converging "
                           f"({history.message}); raise max_iter", ConvergenceWarning,
-                          stacklevel=3)
+                          stacklevel=user_stacklevel())
         self.sparse_ = plan.choose(likelihood, X.shape[0], max_iter).sparse
         return self
 

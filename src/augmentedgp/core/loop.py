@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
+from augmentedgp.core.errors import user_stacklevel
 from augmentedgp.core.params import is_parameter, partition_trainable
 from augmentedgp.core.validation import check_int
 
@@ -325,7 +326,8 @@ def run_steps(step: Callable, carry, args, to_model: Callable, *, max_iter: int,
             message, status = ("stopped: the objective or the parameters became non-finite "
                                f"at iteration {len(values) + k}"), "non_finite"
             warnings.warn(message + "; returning the last finite state (lower the learning rate "
-                          "or standardise the data)", RuntimeWarning, stacklevel=3)
+                          "or standardise the data)", RuntimeWarning,
+                          stacklevel=user_stacklevel())
             if k > 1:
                 carry, _ = run_chunk(step, carry, args, k - 1)
             elif k == 0:  # this chunk's start came from the previous chunk's last update

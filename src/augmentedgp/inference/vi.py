@@ -13,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, Shaped
 
 from augmentedgp.augmentation.protocol import Augmented
+from augmentedgp.core.errors import user_stacklevel
 from augmentedgp.core.validation import check_int
 from augmentedgp.likelihoods import augmentable
 from augmentedgp.likelihoods.base import Likelihood, MultiLatent
@@ -247,7 +248,7 @@ def warn_if_loose(inference, posterior) -> None:
                       "much test NLL per point; QuadratureVI / QuadratureSVI (estimators: "
                       "inference=\"quadrature\") and AnalyticVI / AnalyticSVI("
                       "objective=\"tight\") fit q(u) and the hyperparameters on the ELBO",
-                      UserWarning, stacklevel=4)
+                      UserWarning, stacklevel=user_stacklevel())
 
 
 class AnalyticSVI(AnalyticVI):
