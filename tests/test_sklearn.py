@@ -564,10 +564,8 @@ def fake_fit(monkeypatch):
 
 
 def _stopping(settings):
-    """The stopping rule's settings that a plan set (tol, window), as a dict."""
-    default = agp.training.FitSettings()
-    return {k: getattr(settings, k) for k in ("tol", "window")
-            if getattr(settings, k) != getattr(default, k)}
+    """The stopping rule's settings that a plan set (tol and window), as a dict."""
+    return {} if settings.tol is None else {"tol": settings.tol, "window": settings.window}
 
 
 def _fake_data(n, kind, d=1):
@@ -688,13 +686,16 @@ def test_defaults_by_size(fake_fit, est, n, kind, batch, iters, finish):
         assert len(fake_fit) == 1 and first.stopping == {} and est.n_iter_ == 3
 
 
-@pytest.mark.parametrize("finish_objective, converged", [
-    ([1000.0, 999.5, 999.2], True),  # the full-batch steps barely move: converged
-    ([1000.0, 990.0, 985.0], False),  # they still gain 1.5%: ConvergenceWarning
+@pytest.mark.parametrize("finish_objective, max_iter, status", [
+    ([1000.0, 999.5, 999.2], None, "converged"),  # the full-batch steps barely move
+    ([1000.0, 990.0, 985.0], None, "budget"),  # they still gain 1.5%: the default budget
+    ([1000.0, 990.0, 985.0], 5, "max_iter"),  # the user's max_iter: ConvergenceWarning
 ])
-def test_auto_minibatch_convergence(monkeypatch, finish_objective, converged):
+def test_auto_minibatch_convergence(monkeypatch, finish_objective, max_iter, status):
     """The default minibatch path has converged when its minibatch stage did, or when the
-    full-batch iterations after it change the full objective by less than FINISH_TOL."""
+    full-batch iterations after it change the full objective by less than FINISH_TOL;
+    otherwise it ran out of the plan's budget (no warning) or of the max_iter the user set
+    (scikit-learn's ConvergenceWarning)."""
     calls = []
 
     def fake(model, X, y, inference, settings):
@@ -709,12 +710,12 @@ def test_auto_minibatch_convergence(monkeypatch, finish_objective, converged):
     X, y = _fake_data(agp_plan.FULL_BATCH_MAX + 1, "classes")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        est = GPClassifier().fit(X, y)
+        est = GPClassifier(max_iter=max_iter).fit(X, y)
     assert [type(c) for c in calls] == [AnalyticSVI, AnalyticVI]
-    assert est.history_.converged is converged and est.n_iter_ == 8
+    assert est.history_.status == status and est.n_iter_ == 8
     warned = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
-    assert len(warned) == (0 if converged else 1)
-    assert ("below" if converged else "above") in est.history_.message
+    assert len(warned) == (1 if status == "max_iter" else 0)
+    assert ("below" if status == "converged" else "above") in est.history_.message
 
 
 def test_auto_minibatch_path_trains(monkeypatch, clf_data, clf):
