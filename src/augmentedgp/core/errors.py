@@ -25,11 +25,11 @@ class ConvergenceError(AugmentedGPError):
 def user_stacklevel() -> int:
     """The ``stacklevel`` of a warning raised here that points at the first frame outside
     augmentedgp: the user's call, however deep the library's own calls go."""
+    import inspect
     import os
-    import sys
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
+    frame, level = inspect.currentframe().f_back, 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level

@@ -15,7 +15,7 @@ import functools
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
+from typing import Literal, NamedTuple, Protocol, get_args
 
 import equinox as eqx
 import jax
@@ -28,8 +28,14 @@ from augmentedgp.core.errors import user_stacklevel
 from augmentedgp.core.params import is_parameter, partition_trainable
 from augmentedgp.core.validation import check_int
 
-if TYPE_CHECKING:
-    import optax  # loaded on first use (import time)
+
+class GradientTransformation(Protocol):
+    """What the loop needs of an optimizer: optax's ``GradientTransformation`` (a pair of
+    pure functions), named here so that annotations need not import optax."""
+
+    init: Callable
+    update: Callable
+
 
 Status = Literal["converged", "early_stopped", "max_iter", "budget", "callback", "non_finite",
                  "stalled"]
@@ -96,7 +102,7 @@ def minimize(
     loss: Callable,
     model,
     *args,
-    optimizer: str | optax.GradientTransformation = "lbfgs",
+    optimizer: str | GradientTransformation = "lbfgs",
     max_iter: int = 1000,
     learning_rate: float = 0.05,
     tol: float = 1e-9,

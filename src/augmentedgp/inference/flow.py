@@ -43,7 +43,7 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -57,9 +57,6 @@ from augmentedgp.core.loop import History, Minibatches, minibatch, optax_optimiz
 from augmentedgp.core.params import log_prior, partition_trainable
 from augmentedgp.core.runtime import limits
 from augmentedgp.core.validation import check_int, check_key
-
-if TYPE_CHECKING:
-    pass  # loaded on first use (import time)
 
 _LOG2PI = math.log(2 * math.pi)
 _LOG2PIE = _LOG2PI + 1.0

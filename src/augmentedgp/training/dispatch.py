@@ -14,15 +14,13 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
+from augmentedgp.core.loop import GradientTransformation
 from augmentedgp.core.validation import check_int, check_key, check_positive, check_real
-
-if TYPE_CHECKING:
-    import optax  # loaded on first use (import time)
 
 OPTIMIZERS = ("lbfgs", "l-bfgs", "l-bfgs-b", "adam")  # by name; or an optax transformation
 
@@ -38,7 +36,7 @@ class FitSettings:
     likelihood, Adam for variational fits); a training rejects the settings it does not use
     (:meth:`reject`)."""
 
-    optimizer: str | optax.GradientTransformation | None = None
+    optimizer: str | GradientTransformation | None = None
     max_iter: int | None = None
     learning_rate: float | None = None
     tol: float | None = None

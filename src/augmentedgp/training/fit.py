@@ -11,10 +11,11 @@ estimators' size-dependent plan (``training.planned``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Shaped
 
+from augmentedgp.core.loop import GradientTransformation
 from augmentedgp.core.runtime import limits
 
 # the trainings register themselves with the dispatcher when imported
@@ -22,13 +23,10 @@ from augmentedgp.training import collapsed, marginal, planned, variational  # no
 from augmentedgp.training.dispatch import FitSettings, train
 from augmentedgp.training.marginal import perturb
 
-if TYPE_CHECKING:
-    import optax  # loaded on first use (import time)
-
 
 @limits
 def fit(model, X: Float[ArrayLike, "n d"], y: Shaped[ArrayLike, " n"], inference=None, *,
-        optimizer: str | optax.GradientTransformation | None = None,
+        optimizer: str | GradientTransformation | None = None,
         max_iter: int | None = None, learning_rate: float | None = None,
         tol: float | None = None, n_restarts: int = 0, key: PRNGKeyArray | None = None,
         callback: Callable | None = None, verbose: bool = False,
