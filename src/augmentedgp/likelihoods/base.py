@@ -158,7 +158,6 @@ class MultiLatent(Likelihood):
                         "quantiles are not implemented")
 
 
-
 # names this module used to define, and where they live now (old imports keep working)
 _MOVED = {
     "kinked_expectation": ("augmentedgp.core.quadrature", "kinked_expectation"),
