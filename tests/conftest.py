@@ -4,6 +4,18 @@ import os
 # augmentedgp's own default (augmentedgp.core.runtime applies it inside fit, predict and
 # sample), forced here so that a developer's OPENBLAS_NUM_THREADS cannot change it
 os.environ["AUGMENTEDGP_BLAS_THREADS"] = "1"
+# XLA compiles for speed of compilation, not of the compiled code: the suite's problems are
+# small and compiling dominates it (a 3-class GPClassifier fit on 20 rows: 29.6 s of XLA
+# backend compilation at the default settings, 5.7 s with these two flags: LLVM's -O0 and
+# XLA's classic loop emitters; results agree to rounding, as the order of a reduction may
+# differ, and the compiled code runs slower, which small problems do not notice). XLA reads
+# the flags when JAX creates its CPU client, after this file; AGP_TEST_XLA_DEFAULT=1 keeps
+# XLA's defaults (the benchmarks always run with them).
+FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+if os.environ.get("AGP_TEST_XLA_DEFAULT", "0") != "1":
+    given = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = " ".join([given] + [f for f in FAST_COMPILE
+                                                 if f.split("=")[0] not in given]).strip()
 # the persistent compilation cache is on, as augmentedgp's users have it: the programs that
 # each module recompiles after the cache clear below are read back instead (a clean-clone
 # CI run from an empty cache: 21.7 -> 17.8 min on 2 cores). Workers writing one entry at

@@ -402,7 +402,6 @@ def test_interrupted_fit_resumes_from_its_checkpoint(client, tmp_path, inference
 
 _DEVICES_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     import jax, numpy as np
     import augmentedgp as agp
     from augmentedgp.training import distributed as dist
@@ -424,7 +423,8 @@ _DEVICES_SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_over_four_devices_equals_single_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
+                                       + " --xla_force_host_platform_device_count=4").strip()}
     res = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT, str(Path(__file__).parent)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
