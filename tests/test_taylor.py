@@ -55,6 +55,7 @@ def test_objective_and_q_are_the_dense_taylor_formulas():
     Sigma = np.linalg.inv(2.0 * Ki @ (Kmn * psi) @ Kmn.T @ Ki + Ki)
     mu = Sigma @ Ki @ Kmn @ (phi + 2.0 * psi * xi)
 
+    @jax.jit  # one program, not one per primitive
     def J2(mu, Sigma):  # the expansion's expectation minus the KL, term by term
         A = jnp.linalg.solve(Kmm, Kmn)  # K^-1 Kmn
         m = A.T @ mu
@@ -75,7 +76,7 @@ def test_objective_and_q_are_the_dense_taylor_formulas():
     np.testing.assert_allclose(var, Kss - np.sum(Ks * B, 0) + np.sum(B * (Sigma @ B), 0),
                                rtol=1e-9, atol=1e-10)
     # the closed form is the maximum of J_2 at this xi: zero gradient, lower when moved
-    g_mu, g_S = jax.grad(J2, (0, 1))(jnp.asarray(mu), jnp.asarray(Sigma))
+    g_mu, g_S = jax.jit(jax.grad(J2, (0, 1)))(jnp.asarray(mu), jnp.asarray(Sigma))
     assert max(np.max(np.abs(g_mu)), np.max(np.abs(g_S))) < 1e-8
     assert J2(mu + 0.01, Sigma) < J2(mu, Sigma) and J2(mu, 1.01 * Sigma) < J2(mu, Sigma)
     assert np.max(np.abs(mu)) > 0.1  # not vacuous
@@ -158,8 +159,8 @@ def test_fit_stops_at_a_fixed_point_and_predicts_as_the_augmented_bound():
     Xa, ya = fitted.validate_data(X, y)
     params, static = partition_trainable(fitted)
     flat, unravel = ravel_pytree(params)
-    grad = jax.grad(lambda x: eqx.combine(unravel(x), static).training_objective(
-        Xa, ya, q_aux=q))(flat)
+    grad = jax.jit(jax.grad(lambda x: eqx.combine(unravel(x), static).training_objective(
+        Xa, ya, q_aux=q)))(flat)
     assert np.max(np.abs(grad)) < 1e-4
     assert fitted.objective(X, y, q) == pytest.approx(post.history.bounds[-1], rel=1e-10)
     augmented = agp.fit(agp.SGPR(kern(True, 2.0, 1.0), frozen(ZGRID),
