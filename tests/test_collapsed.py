@@ -34,6 +34,11 @@ def kern(trainable=False, lengthscale=0.8, variance=1.3):
     return agp.kernels.Matern52(wrap(positive(lengthscale)), wrap(positive(variance)))
 
 
+@eqx.filter_jit  # one program per shape, not one per primitive (an eager kernel call)
+def kmat(kernel, X, Z):
+    return kernel(X, Z)
+
+
 def frozen(Z):
     return fixed(real(np.asarray(Z, dtype=float)))
 
@@ -79,9 +84,13 @@ def test_collapsed_bound_is_the_augmented_elbo_at_the_optimal_q(name):
     q_aux = perturbed(model.update_aux(X, y, model.initial_aux(X, y)), 1)
     F = model.elbo(X, y, q_aux)
 
-    def augmented(svgp):  # the SVGP data term at this q(w), not at the optimal one
+    @eqx.filter_jit  # one program, not one per primitive
+    def projection(svgp):
         expectations = lambda yy, m, v: lik.augmented_expectations(yy, m, v, q_aux)
-        return float(svgp.elbo_projection(Xa, ya, 1.0, expectations)[0])
+        return svgp.elbo_projection(Xa, ya, 1.0, expectations)[0]
+
+    def augmented(svgp):  # the SVGP data term at this q(w), not at the optimal one
+        return float(projection(svgp))
 
     svgp = model.to_svgp(X, y, q_aux)
     np.testing.assert_allclose(augmented(svgp), F, rtol=0, atol=1e-10)
@@ -106,7 +115,7 @@ def test_logistic_collapsed_bound_is_the_collapsed_jaakkola_jordan_bound():
     model = agp.SGPR(kern(), frozen(ZGRID), likelihood=LIK.Logistic())
     xi = np.random.default_rng(4).uniform(0.2, 3.0, len(y))
     q_aux = type(model.initial_aux(X, y))(jnp.asarray(xi**2))
-    K, Kmn, Kmm = (np.asarray(kern()(a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
+    K, Kmn, Kmm = (np.asarray(kmat(kern(), a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
     lam = np.tanh(xi / 2) / (4 * xi)
     B = Kmm + 2 * (Kmn * lam) @ Kmn.T
     Q = Kmn.T @ np.linalg.solve(Kmm, Kmn)
@@ -135,7 +144,7 @@ def test_gaussian_is_the_collapsed_bound_with_constant_w():
     np.testing.assert_allclose(sparse.elbo(X, y, q_aux), F, rtol=1e-13)
     assert F < lml - 0.1
     # and it is the dense formula log N(y | 0, Q + s2 I) - tr(K - Q) / (2 s2)
-    K, Kmn, Kmm = (np.asarray(kern()(a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
+    K, Kmn, Kmm = (np.asarray(kmat(kern(), a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
     Q = Kmn.T @ np.linalg.solve(Kmm, Kmn)
     C = Q + 0.09 * np.eye(30)
     dense = (-0.5 * (30 * np.log(2 * np.pi) + np.linalg.slogdet(C)[1] + y @ np.linalg.solve(C, y))
@@ -197,7 +206,7 @@ def test_gradient_matches_finite_differences():
     def bound(x):
         return eqx.combine(unravel(x), static).training_objective(Xa, ya, q_aux=q_aux)
 
-    grad = np.asarray(jax.grad(bound)(flat))
+    grad = np.asarray(jax.jit(jax.grad(bound))(flat))
     h = 1e-5
     fd = np.array([(bound(flat.at[i].add(h)) - bound(flat.at[i].add(-h))) / (2 * h)
                    for i in range(flat.shape[0])])

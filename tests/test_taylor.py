@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 from scipy import integrate, stats
-from test_collapsed import ZGRID, data, frozen, kern
+from test_collapsed import ZGRID, data, frozen, kern, kmat
 
 import augmentedgp as agp
 from augmentedgp.core.params import fixed, partition_trainable, positive
@@ -48,13 +48,14 @@ def test_objective_and_q_are_the_dense_taylor_formulas():
     X, y = data("Logistic")
     model = agp.TaylorSGPR(kern(), frozen(ZGRID), likelihood=LIK.Logistic())
     xi = np.random.default_rng(5).normal(0.0, 1.5, len(y))
-    K, Kmn, Kmm = (np.asarray(kern()(a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
+    K, Kmn, Kmm = (np.asarray(kmat(kern(), a, b)) for a, b in ((X, X), (ZGRID, X), (ZGRID, ZGRID)))
     sig = 1.0 / (1.0 + np.exp(-y * xi))  # sigmoid(y xi)
     phi, psi = y * (1.0 - sig), 0.5 * sig * (1.0 - sig)
     Ki = np.linalg.inv(Kmm)
     Sigma = np.linalg.inv(2.0 * Ki @ (Kmn * psi) @ Kmn.T @ Ki + Ki)
     mu = Sigma @ Ki @ Kmn @ (phi + 2.0 * psi * xi)
 
+    @jax.jit  # one program, not one per primitive
     def J2(mu, Sigma):  # the expansion's expectation minus the KL, term by term
         A = jnp.linalg.solve(Kmm, Kmn)  # K^-1 Kmn
         m = A.T @ mu
@@ -68,14 +69,14 @@ def test_objective_and_q_are_the_dense_taylor_formulas():
     q = TaylorPoint(jnp.asarray(xi))
     np.testing.assert_allclose(model.objective(X, y, q), J2(mu, Sigma), rtol=1e-10)
     Xs = np.linspace(-1.0, 11.0, 17)[:, None]
-    Ks, Kss = np.asarray(kern()(ZGRID, Xs)), np.asarray(kern().diag(Xs))
+    Ks, Kss = np.asarray(kmat(kern(), ZGRID, Xs)), np.asarray(kern().diag(Xs))
     B = np.linalg.solve(Kmm, Ks)
     mean, var = model.to_svgp(X, y, q).predict_f(Xs)
     np.testing.assert_allclose(mean, B.T @ mu, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(var, Kss - np.sum(Ks * B, 0) + np.sum(B * (Sigma @ B), 0),
                                rtol=1e-9, atol=1e-10)
     # the closed form is the maximum of J_2 at this xi: zero gradient, lower when moved
-    g_mu, g_S = jax.grad(J2, (0, 1))(jnp.asarray(mu), jnp.asarray(Sigma))
+    g_mu, g_S = jax.jit(jax.grad(J2, (0, 1)))(jnp.asarray(mu), jnp.asarray(Sigma))
     assert max(np.max(np.abs(g_mu)), np.max(np.abs(g_S))) < 1e-8
     assert J2(mu + 0.01, Sigma) < J2(mu, Sigma) and J2(mu, 1.01 * Sigma) < J2(mu, Sigma)
     assert np.max(np.abs(mu)) > 0.1  # not vacuous
@@ -158,8 +159,8 @@ def test_fit_stops_at_a_fixed_point_and_predicts_as_the_augmented_bound():
     Xa, ya = fitted.validate_data(X, y)
     params, static = partition_trainable(fitted)
     flat, unravel = ravel_pytree(params)
-    grad = jax.grad(lambda x: eqx.combine(unravel(x), static).training_objective(
-        Xa, ya, q_aux=q))(flat)
+    grad = jax.jit(jax.grad(lambda x: eqx.combine(unravel(x), static).training_objective(
+        Xa, ya, q_aux=q)))(flat)
     assert np.max(np.abs(grad)) < 1e-4
     assert fitted.objective(X, y, q) == pytest.approx(post.history.bounds[-1], rel=1e-10)
     augmented = agp.fit(agp.SGPR(kern(True, 2.0, 1.0), frozen(ZGRID),
