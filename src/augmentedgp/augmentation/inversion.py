@@ -29,6 +29,7 @@ Bromwich integral needs); :func:`check_phi` tests that, and that phi is admissib
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -141,6 +142,13 @@ def sample(key: PRNGKeyArray, log_phi: Callable, c2: Float[ArrayLike, "*batch"],
     starts from ``_start`` (w's first three cumulants by autodiff of log phi); once at most
     1/4 of the entries are unfinished they are gathered into a buffer of 1/4 the size (and
     so on), so that the few slow ones do not cost full-size steps."""
+    # one compiled program per log_phi and shapes: run eagerly, its ops and loops compiled
+    # one by one (a test's three eager calls of 20000 draws: 227 compilations, now 7)
+    return _sample(key, log_phi, c2, *args)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _sample(key, log_phi, c2, *args):
     c2 = jnp.asarray(c2, float)
     shape = jnp.broadcast_shapes(c2.shape, *(jnp.shape(a) for a in args))
     c2, *args = (jnp.broadcast_to(a, shape).reshape(-1) for a in (c2, *args))
