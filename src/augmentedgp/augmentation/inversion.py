@@ -76,6 +76,11 @@ def log_mixing_density(log_phi: Callable, w: Float[ArrayLike, ""]) -> Float[Arra
     through the tilted law whose mean is w: p(w) = phi(t0) e^{t0 w} pi(w | t0) with
     -d log phi / dt (t0) = w (t0 = 0 right of the mean of p), which keeps the error
     relative. -inf where the estimate is not positive."""
+    return _log_mixing_density(log_phi, w)  # one program (its loop and ops; cf. ``sample``)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _log_mixing_density(log_phi, w):
     mean_at = jax.grad(lambda t: -log_phi(t))
 
     def bisect(_, bounds):  # E[w | t] decreases in t: bisection in log t
