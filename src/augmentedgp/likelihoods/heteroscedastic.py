@@ -23,7 +23,7 @@ from augmentedgp.core.quadrature import (
 )
 from augmentedgp.core.validation import is_concrete
 from augmentedgp.likelihoods.base import MultiLatent
-from augmentedgp.likelihoods.numerics import log_2cosh_half
+from augmentedgp.likelihoods.numerics import log_2cosh_half, log_gamma_half_ratio
 from augmentedgp.likelihoods.robust import (
     check_finite_variance,
     expected_log1p_square,
@@ -312,7 +312,7 @@ class HeteroscedasticStudentT(MultiLatent, Augmented):
     def _log_norm(self):
         """log Z + log(precision / (pi df)) / 2."""
         nu = self.df.value
-        return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu)
+        return (log_gamma_half_ratio(nu)
                 + 0.5 * (jnp.log(self.precision.value) - jnp.log(math.pi * nu)))
 
     def log_prob(self, y: Shaped[Array, "*batch"], f: Float[Array, "*batch C"]

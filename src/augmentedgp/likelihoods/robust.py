@@ -17,7 +17,12 @@ from augmentedgp.core.params import Parameter, scalar_positive
 from augmentedgp.core.quadrature import kinked_expectation, uniform_nodes
 from augmentedgp.core.validation import is_concrete, require_finite
 from augmentedgp.likelihoods.base import Likelihood
-from augmentedgp.likelihoods.numerics import log_gamma_density, log_inv_gamma, sqrt_floor
+from augmentedgp.likelihoods.numerics import (
+    log_gamma_density,
+    log_gamma_half_ratio,
+    log_inv_gamma,
+    sqrt_floor,
+)
 from augmentedgp.likelihoods.quantiles import check_level, noise_quantile
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -145,7 +150,7 @@ class StudentT(Likelihood, ScaleMixture):
 
     def _log_norm(self):
         nu = self.df.value  # log G((nu+1)/2) - log G(nu/2) - log(s sqrt(nu pi))
-        return (gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * jnp.log(nu * math.pi)
+        return (log_gamma_half_ratio(nu) - 0.5 * jnp.log(nu * math.pi)
                 - jnp.log(self.scale.value))
 
     def variational_expectations(self, y: Shaped[Array, " n"], mean: Float[Array, " n"],
